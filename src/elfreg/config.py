@@ -1,0 +1,263 @@
+"""Every setting of an elfreg run, as dataclasses with YAML load/save and strict validation.
+
+Paper defaults (spec §2–4) are the dataclass defaults; presets in ``configs/`` override them.
+Validation errors are one line naming the offending key, e.g.
+``config error: train.lr: expected float, got 'fast'``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config file or override is invalid; the message names the key."""
+
+
+@dataclass
+class TextConfig:
+    """Frozen text models and the canvas (spec §2)."""
+
+    encoder: str = "Qwen/Qwen3-0.6B-Base"  # hub id or local folder
+    encoder_revision: str | None = None
+    encoder_layer: int = 20  # hidden_states index: output of the 20th block
+    teacher: str | None = "Qwen/Qwen3-1.7B-Base"  # None: no teacher (plain ELF only)
+    teacher_revision: str | None = None
+    repa_layer: int = 20
+    reg_layer: int = 24
+    repa_shift: int = 0  # 0: teacher position i; 1: teacher position i-1 (ablation)
+    tokenizer: str | None = None  # default: the encoder's folder / id
+    canvas_len: int = 1024
+    prompt_cap: int = 256  # 256 for math, 512 for code
+
+
+@dataclass
+class ModelConfig:
+    """The student Transformer (spec §2). ``mlp_hidden`` 0 means floor(8·width/3)."""
+
+    width: int = 768
+    depth: int = 12
+    heads: int = 12
+    mlp_hidden: int = 0
+    repa_block: int = 4  # 1-based: REPA aligns the output of this block
+    projector_hidden: int = 2048
+    time_freq_dim: int = 256
+    rope_base: float = 10000.0
+
+
+@dataclass
+class FlowConfig:
+    """Noising, time sampling, self-conditioning guidance and decode examples (spec §3)."""
+
+    sigma: float = 2.0
+    c_min: float = 0.05
+    t_logit_mean: float = -1.5
+    t_logit_std: float = 0.8
+    sc_prob: float = 0.5
+    w_min: float = 0.5  # SC-CFG scale range; 1+w is log-uniform on [1+w_min, 1+w_max]
+    w_max: float = 5.0
+    decode_prob: float = 0.2
+    decode_lambda_mean: float = 0.8  # logit-normal per-token mixing λ of decode inputs
+    decode_lambda_std: float = 0.8
+    decode_noise_scale: float = 1.0  # s in λ·x + (1-λ)·s·ε
+
+
+@dataclass
+class LossConfig:
+    """Which training signals are on (the ablations of Table 5) and their weights."""
+
+    repa: bool = True
+    extra_token: Literal["reg", "learned", "none"] = "reg"  # learned = one learnable token (OLT)
+    repa_weight: float = 0.5
+    reg_weight: float = 0.1
+
+
+@dataclass
+class DataConfig:
+    """Training examples: a toy generator, a local JSONL file, or an HF dataset id."""
+
+    source: Literal["toy-arith", "toy-code", "jsonl", "hf"] = "toy-arith"
+    path: str | None = None  # JSONL file or HF dataset id
+    split: str = "train"
+    prompt_field: str = "prompt"
+    answer_field: str = "answer"
+    toy_level: int = 1
+    toy_max_number: int = 20
+    limit: int = 0  # 0: all examples
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation, checkpointing and logging."""
+
+    steps: int = 1000
+    batch_size: int = 32
+    grad_accum: int = 1
+    lr: float = 3e-4
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 100
+    schedule: Literal["cosine", "constant"] = "cosine"
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    ema_decay: float = 0.999
+    seed: int = 0
+    out_dir: str = "runs/elfreg"
+    ckpt_every: int = 500
+    log_every: int = 10
+    device: str = "auto"  # auto: cuda when available, else cpu
+    precision: Literal["auto", "bf16", "fp32"] = "auto"  # auto: bf16 where the hardware has it
+    progress: bool = True
+
+
+@dataclass
+class SampleConfig:
+    """Inference defaults (spec §4)."""
+
+    sampler: Literal["early-stop", "full-span", "renoise", "adaptive"] = "early-stop"
+    nfe: int = 64
+    rho: int = 8
+    sc_cfg: float = 3.0
+    prompt_cfg: float = 1.0
+    renoise_eta: float = 1.2
+    renoise_power: float = 0.5
+    adaptive_patience: int = 2
+
+
+@dataclass
+class Config:
+    text: TextConfig = field(default_factory=TextConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    flow: FlowConfig = field(default_factory=FlowConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    sample: SampleConfig = field(default_factory=SampleConfig)
+
+    def validate(self) -> Config:
+        """Range checks that types alone cannot express; returns self."""
+        checks = [
+            ("text.encoder_layer", self.text.encoder_layer >= 1, "must be >= 1"),
+            ("text.repa_shift", self.text.repa_shift in (0, 1), "must be 0 or 1"),
+            ("text.canvas_len", self.text.canvas_len >= 2, "must be >= 2"),
+            ("text.prompt_cap", 1 <= self.text.prompt_cap < self.text.canvas_len,
+             "must be in [1, canvas_len)"),
+            ("model.width", self.model.width % self.model.heads == 0, "must be divisible by heads"),
+            ("model.width", (self.model.width // self.model.heads) % 2 == 0,
+             "width/heads must be even (RoPE)"),
+            ("model.repa_block", 1 <= self.model.repa_block <= self.model.depth,
+             "must be in [1, depth]"),
+            ("flow.sigma", self.flow.sigma > 0, "must be > 0"),
+            ("flow.c_min", 0 < self.flow.c_min < 1, "must be in (0, 1)"),
+            ("flow.sc_prob", 0 <= self.flow.sc_prob <= 1, "must be in [0, 1]"),
+            ("flow.decode_prob", 0 <= self.flow.decode_prob <= 1, "must be in [0, 1]"),
+            ("flow.w_min", 0 < self.flow.w_min <= self.flow.w_max, "must be in (0, w_max]"),
+            ("train.steps", self.train.steps >= 1, "must be >= 1"),
+            ("train.batch_size", self.train.batch_size >= 1, "must be >= 1"),
+            ("train.grad_accum", self.train.grad_accum >= 1, "must be >= 1"),
+            ("train.lr", self.train.lr > 0, "must be > 0"),
+            ("train.ema_decay", 0 <= self.train.ema_decay < 1, "must be in [0, 1)"),
+            ("sample.nfe", self.sample.nfe >= 2, "must be >= 2"),
+            ("sample.rho", self.sample.rho >= 1, "must be >= 1"),
+        ]
+        if self.loss.repa or self.loss.extra_token == "reg":
+            checks.append(("text.teacher", bool(self.text.teacher),
+                           "REPA/REG need a teacher (set loss.repa: false and loss.extra_token: none)"))
+        for key, ok, why in checks:
+            if not ok:
+                raise ConfigError(f"config error: {key}: {why}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Config:
+        return _build(cls, data or {}, prefix="").validate()
+
+    @classmethod
+    def load(cls, path: str | Path, overrides: list[str] | None = None) -> Config:
+        """Load a YAML file, then apply ``key.sub=value`` overrides (values parsed as YAML)."""
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"config error: {path}: not valid YAML ({err})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config error: {path}: top level must be a mapping")
+        for item in overrides or []:
+            apply_override(data, item)
+        return cls.from_dict(data)
+
+
+def apply_override(data: dict[str, Any], item: str) -> None:
+    """Set ``section.key=value`` in a nested dict (value parsed as YAML)."""
+    if "=" not in item:
+        raise ConfigError(f"config error: override {item!r}: expected key.sub=value")
+    key, raw = item.split("=", 1)
+    parts = key.strip().split(".")
+    node = data
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"config error: {key}: {part} is not a section")
+    node[parts[-1]] = yaml.safe_load(raw)
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"config error: {prefix.rstrip('.') or 'top level'}: expected a mapping")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in names:
+            raise ConfigError(f"config error: {prefix}{key}: unknown key (known: {', '.join(sorted(names))})")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        hint = hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            kwargs[f.name] = _build(hint, data[f.name], f"{prefix}{f.name}.")
+        else:
+            kwargs[f.name] = _check_value(f"{prefix}{f.name}", data[f.name], hint)
+    return cls(**kwargs)
+
+
+def _check_value(key: str, value: Any, hint: Any) -> Any:
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        allowed = typing.get_args(hint)
+        if value not in allowed:
+            raise ConfigError(f"config error: {key}: expected one of {list(allowed)}, got {value!r}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _check_value(key, value, option)
+            except ConfigError:
+                pass
+        names = " or ".join("null" if o is type(None) else o.__name__ for o in options)
+        raise ConfigError(f"config error: {key}: expected {names}, got {value!r}")
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint in (int, float) and isinstance(value, bool):
+        raise ConfigError(f"config error: {key}: expected {hint.__name__}, got {value!r}")
+    if not isinstance(value, hint):
+        raise ConfigError(f"config error: {key}: expected {hint.__name__}, got {value!r}")
+    return value

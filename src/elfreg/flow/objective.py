@@ -1,0 +1,184 @@
+"""The ELF-REG training objective for one batch: L = L_ELF + 0.5·L_REPA + 0.1·L_REG (spec §3).
+
+Per batch row: one t ~ sigmoid(N(−1.5, 0.8)); with probability 0.2 a decode example (t = 1,
+q = 0, perturbed clean input, token cross-entropy); otherwise a denoise example whose
+self-conditioning bit b ~ Bernoulli(0.5) and guidance scale w shape the target of Eq. 7–8.
+
+The two auxiliary predictions of Eq. 8 run without gradient, only on the rows with b = 1, at
+w = 1 (the unguided field; the spec does not say which w they use, and at w = 1 the target's
+guidance term vanishes, so this is the self-consistent choice). The no-sc prediction is also the
+self-conditioning input of the main pass for those rows, so a step costs at most two auxiliary
+forwards plus the main one.
+
+Normalisations (they differ on purpose):
+- L_ELF: velocity error / d on denoise rows and cross-entropy on decode rows, one average over
+  every supervised answer position of the batch (EOS padding included);
+- L_REPA: 1 − cos averaged over answer content tokens plus the REG position of every row
+  (decode rows included);
+- L_REG: velocity error / d_r averaged over denoise rows only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from ..config import FlowConfig, LossConfig
+from ..model.student import Student
+from ..text.canvas import Canvas
+from ..text.frozen import TeacherTargets
+from .losses import masked_mean, repa_cosine, token_cross_entropy, velocity_sq_error
+from .noising import (
+    add_noise,
+    perturb_for_decoding,
+    sample_guidance_scale,
+    sample_logit_normal,
+    velocity,
+)
+from .targets import sc_cfg_target
+
+
+@dataclass
+class TrainBatch:
+    canvas: Canvas
+    x: torch.Tensor  # (B, L, d) clean standardised encoder states of prompt + answer
+    teacher: TeacherTargets | None = None
+
+
+@dataclass
+class LossTerms:
+    total: torch.Tensor
+    elf: torch.Tensor
+    denoise: torch.Tensor  # velocity part of L_ELF alone (for logging)
+    decode: torch.Tensor  # cross-entropy part of L_ELF alone (for logging)
+    repa: torch.Tensor
+    reg: torch.Tensor
+
+    def as_floats(self) -> dict[str, float]:
+        return {k: float(v.detach()) for k, v in self.__dict__.items()}
+
+
+def _randn_like(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    return torch.randn(x.shape, generator=generator, device=generator.device).to(x.device)
+
+
+def _rand(n: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    return torch.rand(n, generator=generator, device=generator.device).to(device)
+
+
+def decode_cross_entropy(student: Student, hidden: torch.Tensor, tokens: torch.Tensor,
+                         chunk: int = 8192) -> torch.Tensor:
+    """Per-position CE of the decoder head on (N, H) states, in chunks so that N×V logits never
+    sit in memory at once (the Qwen3 vocabulary has 151,936 entries)."""
+    def ce(h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return token_cross_entropy(student.decode_logits(h), y)
+
+    parts = []
+    for start in range(0, hidden.shape[0], chunk):
+        h, y = hidden[start:start + chunk], tokens[start:start + chunk]
+        parts.append(checkpoint(ce, h, y, use_reentrant=False) if torch.is_grad_enabled() else ce(h, y))
+    return torch.cat(parts) if parts else hidden.new_zeros(0)
+
+
+def elf_term(vel_err: torch.Tensor, decode_ce: torch.Tensor, answer: torch.Tensor,
+             decode: torch.Tensor) -> torch.Tensor:
+    """L_ELF: velocity error / d on denoise rows plus the decoder CE of decode rows (``decode_ce``
+    holds the values at ``answer & decode`` positions, in order), averaged over all supervised
+    answer positions of the batch, EOS padding included."""
+    denoise_pos = answer & ~decode[:, None]
+    return ((vel_err * denoise_pos).sum() + decode_ce.sum()) / answer.sum().clamp(min=1)
+
+
+def repa_term(pred: torch.Tensor, teacher: TeacherTargets, content_mask: torch.Tensor,
+              with_reg: bool) -> torch.Tensor:
+    """L_REPA: 1 − cos averaged over answer content tokens plus, with REG, the REG position of
+    every row (the last entry of ``pred``); prompt, padding and special tokens carry no weight."""
+    target, mask = teacher.repa, content_mask
+    if with_reg:
+        target = torch.cat([target, teacher.reg_repa[:, None]], dim=1)
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+    return masked_mean(repa_cosine(pred, target), mask)
+
+
+def reg_term(reg_err: torch.Tensor, decode: torch.Tensor) -> torch.Tensor:
+    """L_REG: per-row velocity error / d_r averaged over denoise rows only."""
+    return masked_mean(reg_err, ~decode)
+
+
+def elf_reg_loss(student: Student, batch: TrainBatch, flow: FlowConfig, loss: LossConfig,
+                 generator: torch.Generator) -> LossTerms:
+    """All loss terms for one batch. Randomness comes only from ``generator`` (exact resume)."""
+    canvas, x = batch.canvas, batch.x.float()
+    bsz, dev = x.shape[0], x.device
+    prompt = canvas.prompt_mask
+    use_reg = loss.extra_token == "reg"
+    if (loss.repa or use_reg) and batch.teacher is None:
+        raise ValueError("REPA/REG are on but the batch has no teacher targets")
+
+    t = sample_logit_normal((bsz,), flow.t_logit_mean, flow.t_logit_std, generator).to(dev)
+    decode = _rand(bsz, generator, dev) < flow.decode_prob
+    b = (_rand(bsz, generator, dev) < flow.sc_prob) & ~decode
+    w = sample_guidance_scale(bsz, flow.w_min, flow.w_max, generator).to(dev)
+    lam = sample_logit_normal(x.shape[:2], flow.decode_lambda_mean, flow.decode_lambda_std, generator).to(dev)
+
+    z = add_noise(x, t, flow.sigma, _randn_like(x, generator))
+    z = torch.where(decode[:, None, None], perturb_for_decoding(x, lam, flow.decode_noise_scale,
+                                                                _randn_like(x, generator)), z)
+    z = torch.where(prompt[..., None], x, z)  # prompt states stay clean
+
+    r = r_in = None
+    if use_reg:
+        r = batch.teacher.reg.float()
+        r_in = add_noise(r, t, flow.sigma, _randn_like(r, generator))
+        r_dec = perturb_for_decoding(r, lam[:, 0], flow.decode_noise_scale, _randn_like(r, generator))
+        r_in = torch.where(decode[:, None], r_dec, r_in)
+
+    # Auxiliary predictions of Eq. 8 (no gradient, rows with b = 1, unguided w = 1).
+    sc = torch.zeros_like(x)
+    reg_sc = torch.zeros_like(r) if use_reg else None
+    v_sc = v_nosc = torch.zeros_like(x)
+    rv_sc = rv_nosc = torch.zeros_like(r) if use_reg else None
+    rows = b.nonzero().squeeze(1)
+    if rows.numel():
+        with torch.no_grad():
+            zr, tr, pr = z[rows], t[rows], prompt[rows]
+            ones = torch.ones_like(tr)
+            rr = r_in[rows] if use_reg else None
+            nosc = student(zr, torch.zeros_like(zr), tr, ones, pr, reg=rr)
+            with_sc = student(zr, nosc.x_hat, tr, ones, pr, reg=rr, reg_self_cond=nosc.reg_hat)
+            sc = sc.index_copy(0, rows, nosc.x_hat.float())
+            v_nosc = v_nosc.index_copy(0, rows, velocity(nosc.x_hat.float(), zr, tr, flow.c_min))
+            v_sc = v_sc.index_copy(0, rows, velocity(with_sc.x_hat.float(), zr, tr, flow.c_min))
+            if use_reg:
+                reg_sc = reg_sc.index_copy(0, rows, nosc.reg_hat)
+                rv_nosc = rv_nosc.index_copy(0, rows, velocity(nosc.reg_hat, rr, tr, flow.c_min))
+                rv_sc = rv_sc.index_copy(0, rows, velocity(with_sc.reg_hat, rr, tr, flow.c_min))
+
+    out = student(z, sc, t, w, prompt, decode=decode, reg=r_in, reg_self_cond=reg_sc, want_repa=loss.repa)
+
+    answer = canvas.answer_mask
+    v_target = sc_cfg_target(x, z, t, b, w, v_sc, v_nosc, flow.c_min)
+    per_pos = velocity_sq_error(out.x_hat, z, t, v_target, flow.c_min)
+    decode_pos = answer & decode[:, None]
+    ce = decode_cross_entropy(student, out.hidden[decode_pos], canvas.tokens[decode_pos])
+    elf = elf_term(per_pos, ce, answer, decode)
+    zero = x.new_zeros(())
+
+    repa = zero
+    if loss.repa:
+        repa = repa_term(out.repa, batch.teacher, canvas.content_mask, with_reg=use_reg)
+
+    reg = zero
+    if use_reg:
+        rv_target = sc_cfg_target(r, r_in, t, b, w, rv_sc, rv_nosc, flow.c_min)
+        reg = reg_term(velocity_sq_error(out.reg_hat, r_in, t, rv_target, flow.c_min), decode)
+
+    total = elf + loss.repa_weight * repa + loss.reg_weight * reg
+    return LossTerms(
+        total=total, elf=elf,
+        denoise=masked_mean(per_pos, answer & ~decode[:, None]).detach(),
+        decode=(ce.mean() if ce.numel() else zero).detach(),
+        repa=repa, reg=reg,
+    )

@@ -1,0 +1,60 @@
+"""Named student presets: the paper's ELF-B/L (with and without REG) and tiny CPU sizes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..config import Config, ModelConfig
+from .student import ExtraToken, Student
+
+QWEN3_VOCAB = 151_936
+QWEN3_0_6B_WIDTH = 1024  # frozen encoder (Qwen3-0.6B-Base)
+QWEN3_1_7B_WIDTH = 2048  # frozen teacher (Qwen3-1.7B-Base)
+
+
+@dataclass(frozen=True)
+class Preset:
+    model: ModelConfig
+    repa: bool
+    extra_token: ExtraToken
+
+
+_B = dict(width=768, depth=12, heads=12, repa_block=4)
+_L = dict(width=1280, depth=32, heads=20, repa_block=8)
+PRESETS: dict[str, Preset] = {
+    "elf-b": Preset(ModelConfig(**_B), repa=False, extra_token="none"),
+    "elf-reg-b": Preset(ModelConfig(**_B), repa=True, extra_token="reg"),
+    "elf-l": Preset(ModelConfig(**_L), repa=False, extra_token="none"),
+    "elf-reg-l": Preset(ModelConfig(**_L), repa=True, extra_token="reg"),
+    "tiny": Preset(ModelConfig(width=128, depth=4, heads=4, repa_block=2, projector_hidden=256,
+                               time_freq_dim=64), repa=True, extra_token="reg"),
+}
+
+# Table 7 of the paper, in parameters: (non-decoder incl. training-only projectors, decoder).
+PAPER_COUNTS = {
+    "elf-b": (90e6, 156e6),
+    "elf-reg-b": (104e6, 156e6),
+    "elf-l": (637e6, 157e6),
+    "elf-reg-l": (652e6, 157e6),
+}
+
+
+def build_on_meta(name: str, enc_dim: int = QWEN3_0_6B_WIDTH, vocab_size: int = QWEN3_VOCAB,
+                  teacher_dim: int = QWEN3_1_7B_WIDTH) -> Student:
+    """Build a preset on the meta device: shapes only, no memory, nothing downloaded."""
+    if name not in PRESETS:
+        raise KeyError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
+    p = PRESETS[name]
+    with torch.device("meta"):
+        return Student(p.model, enc_dim, vocab_size,
+                       teacher_dim if (p.repa or p.extra_token == "reg") else None,
+                       extra_token=p.extra_token, repa=p.repa)
+
+
+def student_from_config(cfg: Config, enc_dim: int, vocab_size: int, teacher_dim: int | None) -> Student:
+    """The student a run config describes, sized to its frozen encoder (and teacher)."""
+    needs_teacher = cfg.loss.repa or cfg.loss.extra_token == "reg"
+    return Student(cfg.model, enc_dim, vocab_size, teacher_dim if needs_teacher else None,
+                   extra_token=cfg.loss.extra_token, repa=cfg.loss.repa)

@@ -1,0 +1,103 @@
+"""The canvas: prompt | answer | EOS padding, as one fixed-length token row per example (spec §2).
+
+Overflow policy (counted in :class:`CanvasStats`):
+- a prompt longer than ``prompt_cap`` keeps its last ``prompt_cap`` tokens (the question is at
+  its end in every template elfreg ships);
+- an answer longer than the room left keeps its first tokens and gets no EOS; such examples are
+  counted so a data pipeline can drop them or grow the canvas.
+The answer may use every position after the actual prompt, so examples with short prompts get
+longer answer regions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+
+@dataclass
+class CanvasStats:
+    examples: int = 0
+    prompts_truncated: int = 0
+    answers_truncated: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"examples": self.examples, "prompts_truncated": self.prompts_truncated,
+                "answers_truncated": self.answers_truncated}
+
+
+@dataclass
+class Canvas:
+    """Token rows and position masks, all of shape (B, L)."""
+
+    tokens: torch.Tensor  # long; EOS fills the answer region after the content
+    prompt_mask: torch.Tensor  # prompt positions: kept clean, never supervised
+    content_mask: torch.Tensor  # answer tokens that are not special tokens (REPA positions)
+    special_mask: torch.Tensor  # positions holding a special token (EOS padding included)
+    prompt_lens: torch.Tensor  # (B,) long
+
+    @property
+    def answer_mask(self) -> torch.Tensor:
+        """Supervised positions: every position after the prompt, EOS padding included."""
+        return ~self.prompt_mask
+
+    @property
+    def last_content(self) -> torch.Tensor:
+        """(B,) index of the last non-special token of prompt + answer (the REG position)."""
+        pos = torch.arange(self.tokens.shape[1], device=self.tokens.device)
+        return torch.where(~self.special_mask, pos, -1).amax(dim=1).clamp(min=0)
+
+    def to(self, device: torch.device | str) -> Canvas:
+        return Canvas(*(t.to(device) for t in (self.tokens, self.prompt_mask, self.content_mask,
+                                                self.special_mask, self.prompt_lens)))
+
+
+@dataclass
+class CanvasBuilder:
+    tokenizer: PreTrainedTokenizerBase
+    canvas_len: int
+    prompt_cap: int
+    stats: CanvasStats = field(default_factory=CanvasStats)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.prompt_cap < self.canvas_len:
+            raise ValueError(f"prompt_cap must be in [1, canvas_len); got {self.prompt_cap}, {self.canvas_len}")
+        self._special = torch.tensor(sorted(set(self.tokenizer.all_special_ids)), dtype=torch.long)
+
+    def _prompt_ids(self, prompt: str) -> list[int]:
+        ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if len(ids) > self.prompt_cap:
+            self.stats.prompts_truncated += 1
+            ids = ids[-self.prompt_cap:]
+        if not ids:
+            raise ValueError("empty prompt: the canvas needs at least one prompt token")
+        return ids
+
+    def build(self, prompts: list[str], answers: list[str] | None = None) -> Canvas:
+        """Lay out prompts (and answers, for training) on canvases of ``canvas_len`` tokens.
+
+        Without answers the answer region holds EOS placeholders (inference).
+        """
+        if answers is not None and len(answers) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(answers)} answers")
+        eos = self.tokenizer.eos_token_id
+        rows, lens = [], []
+        for i, prompt in enumerate(prompts):
+            ids = self._prompt_ids(prompt)
+            room = self.canvas_len - len(ids)
+            ans = [] if answers is None else self.tokenizer(answers[i], add_special_tokens=False)["input_ids"]
+            if len(ans) >= room:
+                self.stats.answers_truncated += 1
+                ans = ans[:room]
+            rows.append(ids + ans + [eos] * (room - len(ans)))
+            lens.append(len(ids))
+            self.stats.examples += 1
+        tokens = torch.tensor(rows, dtype=torch.long)
+        prompt_lens = torch.tensor(lens, dtype=torch.long)
+        pos = torch.arange(self.canvas_len)
+        prompt_mask = pos[None, :] < prompt_lens[:, None]
+        special_mask = torch.isin(tokens, self._special)
+        content_mask = ~prompt_mask & ~special_mask
+        return Canvas(tokens, prompt_mask, content_mask, special_mask, prompt_lens)

@@ -1,0 +1,53 @@
+"""Build the frozen side of a run from its :class:`~elfreg.config.TextConfig`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from ..config import TextConfig
+from .canvas import CanvasBuilder
+from .frozen import FrozenEncoder, FrozenTeacher, load_causal_lm
+from .tokenizer import check_shared_vocabulary, load_tokenizer
+
+
+@dataclass
+class FrozenText:
+    tokenizer: PreTrainedTokenizerBase
+    canvas: CanvasBuilder
+    encoder: FrozenEncoder
+    teacher: FrozenTeacher | None
+
+
+def load_frozen_text(cfg: TextConfig, with_teacher: bool, device: torch.device | str = "cpu",
+                     bf16: bool = True) -> FrozenText:
+    """Tokenizer, canvas builder, encoder and (for REPA/REG training only) the teacher.
+
+    Inference passes ``with_teacher=False``: the teacher is never loaded there.
+    """
+    tokenizer = load_tokenizer(cfg.tokenizer or cfg.encoder,
+                               cfg.encoder_revision if cfg.tokenizer is None else None)
+    encoder = FrozenEncoder(load_causal_lm(cfg.encoder, cfg.encoder_revision).to(device),
+                            cfg.encoder_layer, bf16)
+    teacher = None
+    if with_teacher:
+        if not cfg.teacher:
+            raise ValueError("text.teacher is not set but REPA/REG need a teacher")
+        teacher = FrozenTeacher(load_causal_lm(cfg.teacher, cfg.teacher_revision).to(device),
+                                cfg.repa_layer, cfg.reg_layer, cfg.repa_shift, bf16)
+    teacher_tok = None
+    if teacher is not None and cfg.tokenizer is None and cfg.teacher != cfg.encoder and _has_tokenizer(cfg.teacher):
+        teacher_tok = load_tokenizer(cfg.teacher, cfg.teacher_revision)
+    check_shared_vocabulary(tokenizer, encoder.vocab_size, teacher.vocab_size if teacher else None, teacher_tok)
+    return FrozenText(tokenizer, CanvasBuilder(tokenizer, cfg.canvas_len, cfg.prompt_cap), encoder, teacher)
+
+
+def _has_tokenizer(name_or_path: str) -> bool:
+    """A local folder without tokenizer files shares the encoder's tokenizer; hub ids have one."""
+    folder = Path(name_or_path)
+    if not folder.is_dir():
+        return True
+    return any((folder / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json"))

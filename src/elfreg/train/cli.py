@@ -1,0 +1,38 @@
+"""``elfreg train --config FILE.yaml [key.sub=value ...]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..config import Config, ConfigError
+
+
+def run(args: argparse.Namespace) -> int:
+    from .loop import TrainingDiverged, train
+
+    try:
+        cfg = Config.load(args.config, args.override)
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return 2
+    try:
+        result = train(cfg, resume=not args.fresh)
+    except TrainingDiverged as err:
+        print(f"training stopped: {err}", file=sys.stderr)
+        return 1
+    except (FileExistsError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    losses = ", ".join(f"{k} {v:.4f}" for k, v in result.last_losses.items())
+    print(f"trained to step {result.step}; last losses: {losses}; checkpoint: {result.checkpoint}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train an ELF-REG student from a YAML config")
+    p.add_argument("--config", required=True, help="YAML config (see configs/)")
+    p.add_argument("--fresh", action="store_true",
+                   help="refuse to continue an existing run (default: resume from train.out_dir)")
+    p.add_argument("override", nargs="*", help="key.sub=value overrides, e.g. train.steps=200")
+    p.set_defaults(func=run)

@@ -1,0 +1,72 @@
+"""Shared fixtures: a character-level tokenizer and tiny random Qwen3 encoder/teacher saved to
+disk, loaded through the same ``from_pretrained`` path as hub models. Nothing is downloaded."""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+from elfreg.config import Config
+
+CHARS = list(string.ascii_letters + string.digits + " .,?+-=#\n")
+SPECIALS = ["<eos>"]
+
+
+def make_char_tokenizer(folder: Path) -> PreTrainedTokenizerFast:
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + CHARS)}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<eos>"))
+    core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<eos>", pad_token="<eos>")
+    tok.save_pretrained(folder)
+    return tok
+
+
+def make_tiny_lm(folder: Path, vocab: int, width: int, layers: int, seed: int) -> None:
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(vocab_size=vocab, hidden_size=width, intermediate_size=2 * width,
+                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                      head_dim=width // 4, max_position_embeddings=256, tie_word_embeddings=False)
+    Qwen3ForCausalLM(cfg).save_pretrained(folder)
+
+
+@pytest.fixture(scope="session")
+def tiny_assets(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny_assets")
+    tok = make_char_tokenizer(root / "encoder")
+    make_tiny_lm(root / "encoder", len(tok), width=32, layers=3, seed=0)
+    make_tiny_lm(root / "teacher", len(tok), width=48, layers=4, seed=1)
+    return {"encoder": root / "encoder", "teacher": root / "teacher"}
+
+
+def tiny_config(assets: dict[str, Path], tmp: Path, **sections) -> Config:
+    data = {
+        "text": {"encoder": str(assets["encoder"]), "encoder_layer": 2, "teacher": str(assets["teacher"]),
+                 "repa_layer": 2, "reg_layer": 3, "canvas_len": 24, "prompt_cap": 10},
+        "model": {"width": 32, "depth": 2, "heads": 2, "repa_block": 1, "projector_hidden": 32,
+                  "time_freq_dim": 16},
+        "train": {"steps": 4, "batch_size": 4, "warmup_steps": 1, "out_dir": str(tmp / "run"),
+                  "ckpt_every": 2, "log_every": 1, "progress": False, "lr": 1e-3},
+    }
+    for name, values in sections.items():
+        data.setdefault(name, {}).update(values)
+    return Config.from_dict(data)
+
+
+@pytest.fixture
+def tiny_cfg(tiny_assets, tmp_path):
+    return lambda **sections: tiny_config(tiny_assets, tmp_path, **sections)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread():
+    # Tiny models run fastest on one thread, and CI machines may be shared.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

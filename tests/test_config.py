@@ -1,0 +1,54 @@
+import pytest
+import yaml
+
+from elfreg.config import Config, ConfigError
+
+
+def _write(tmp_path, data):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_defaults_are_the_paper_settings():
+    cfg = Config()
+    assert (cfg.flow.sigma, cfg.flow.c_min, cfg.flow.decode_prob, cfg.flow.sc_prob) == (2.0, 0.05, 0.2, 0.5)
+    assert (cfg.loss.repa_weight, cfg.loss.reg_weight) == (0.5, 0.1)
+    assert (cfg.text.encoder_layer, cfg.text.repa_layer, cfg.text.reg_layer) == (20, 20, 24)
+    assert (cfg.text.canvas_len, cfg.sample.rho) == (1024, 8)
+
+
+def test_unknown_key_fails_with_one_line_naming_it(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        Config.load(_write(tmp_path, {"train": {"stepz": 3}}))
+    msg = str(err.value)
+    assert "train.stepz" in msg and "unknown key" in msg and "\n" not in msg
+
+
+def test_wrong_type_fails_with_one_line_naming_it(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        Config.load(_write(tmp_path, {"train": {"lr": "fast"}}))
+    assert "train.lr" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="loss.extra_token"):
+        Config.from_dict({"loss": {"extra_token": "global"}})
+    with pytest.raises(ConfigError, match="train.steps"):
+        Config.from_dict({"train": {"steps": True}})
+
+
+def test_range_checks_name_the_key():
+    with pytest.raises(ConfigError, match="text.prompt_cap"):
+        Config.from_dict({"text": {"canvas_len": 16, "prompt_cap": 16}})
+    with pytest.raises(ConfigError, match="text.teacher"):
+        Config.from_dict({"text": {"teacher": None}})
+    Config.from_dict({"text": {"teacher": None}, "loss": {"repa": False, "extra_token": "none"}})
+
+
+def test_yaml_round_trip_and_overrides(tmp_path):
+    cfg = Config.from_dict({"train": {"steps": 7}, "model": {"width": 64, "heads": 4}})
+    cfg.save(tmp_path / "r.yaml")
+    again = Config.load(tmp_path / "r.yaml", ["train.lr=0.01", "loss.repa=false", "loss.extra_token=learned"])
+    assert again.train.steps == 7 and again.model.width == 64
+    assert again.train.lr == 0.01 and again.loss.repa is False and again.loss.extra_token == "learned"
+    assert Config.load(tmp_path / "r.yaml").to_dict() == cfg.to_dict()
+    with pytest.raises(ConfigError, match="train.nope"):
+        Config.load(tmp_path / "r.yaml", ["train.nope=1"])

@@ -1,0 +1,79 @@
+import pytest
+import torch
+
+from elfreg.config import ModelConfig
+from elfreg.model.presets import PAPER_COUNTS, build_on_meta
+from elfreg.model.student import Student
+
+SMALL = ModelConfig(width=32, depth=2, heads=2, repa_block=1, projector_hidden=16, time_freq_dim=8)
+
+
+@pytest.mark.parametrize("name", list(PAPER_COUNTS))
+def test_paper_presets_match_table7_within_2_percent(name):
+    groups = build_on_meta(name).parameter_groups()
+    non_decoder, decoder = PAPER_COUNTS[name]
+    assert abs(groups["non_decoder"] / non_decoder - 1) < 0.02
+    assert abs(groups["decoder"] / decoder - 1) < 0.02
+
+
+def test_presets_are_built_on_meta_and_projector_is_training_only():
+    student = build_on_meta("elf-reg-b")
+    assert all(p.is_meta for p in student.parameters())
+    groups = student.parameter_groups()
+    assert groups["training_only_projector"] > 9e6  # 768→2048→2048→2048
+    assert build_on_meta("elf-b").parameter_groups()["training_only_projector"] == 0
+
+
+def _inputs(b=3, length=6, d=8, dr=12):
+    torch.manual_seed(0)
+    prompt = torch.zeros(b, length, dtype=torch.bool)
+    prompt[:, :2] = True
+    return dict(z=torch.randn(b, length, d), self_cond=torch.randn(b, length, d), t=torch.rand(b),
+                w=torch.rand(b) + 1, prompt_mask=prompt, reg=torch.randn(b, dr))
+
+
+def test_prompt_positions_are_restored_and_heads_start_at_zero():
+    student = Student(SMALL, enc_dim=8, vocab_size=20, teacher_dim=12)
+    inp = _inputs()
+    out = student(**inp, want_repa=True)
+    assert torch.equal(out.x_hat[inp["prompt_mask"]], inp["z"][inp["prompt_mask"]])
+    assert torch.all(out.x_hat[~inp["prompt_mask"]] == 0)  # zero-initialised output layer
+    assert out.reg_hat.shape == (3, 12) and torch.all(out.reg_hat == 0)
+    assert out.repa.shape == (3, 6 + 1, 12)  # content positions + REG position
+
+
+def test_decode_mode_ignores_time_and_self_conditioning():
+    student = Student(SMALL, enc_dim=8, vocab_size=20, teacher_dim=12)
+    for p in student.parameters():
+        torch.nn.init.normal_(p, std=0.2)
+    inp = _inputs()
+    dec = torch.ones(3, dtype=torch.bool)
+    a = student(**inp, decode=dec).hidden
+    b = student(**{**inp, "t": torch.rand(3), "self_cond": torch.randn(3, 6, 8)}, decode=dec).hidden
+    assert torch.allclose(a, b, atol=1e-6)
+    c = student(**inp).hidden  # denoise mode differs
+    assert not torch.allclose(a, c, atol=1e-3)
+    assert student.decode_logits(a).shape == (3, 6, 20)
+
+
+def test_attention_is_bidirectional():
+    student = Student(SMALL, enc_dim=8, vocab_size=20, teacher_dim=None, extra_token="none", repa=False)
+    for p in student.parameters():
+        torch.nn.init.normal_(p, std=0.2)
+    inp = _inputs()
+    inp.pop("reg")
+    base = student(**inp).x_hat
+    z2 = inp["z"].clone()
+    z2[:, -1] += 5.0  # changing the last position changes earlier answer predictions
+    after = student(**{**inp, "z": z2}).x_hat
+    assert not torch.allclose(base[:, 2], after[:, 2])
+
+
+def test_missing_teacher_dim_and_reg_input_fail_clearly():
+    with pytest.raises(ValueError, match="teacher_dim"):
+        Student(SMALL, enc_dim=8, vocab_size=20, teacher_dim=None)
+    student = Student(SMALL, enc_dim=8, vocab_size=20, teacher_dim=12)
+    inp = _inputs()
+    inp.pop("reg")
+    with pytest.raises(ValueError, match="REG"):
+        student(**inp)

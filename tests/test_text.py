@@ -1,0 +1,87 @@
+import pytest
+import torch
+
+from elfreg.text.canvas import CanvasBuilder
+from elfreg.text.frozen import FrozenEncoder, FrozenTeacher, load_causal_lm, standardize_tokens
+from elfreg.text.load import load_frozen_text
+from elfreg.text.tokenizer import load_tokenizer
+
+from conftest import make_char_tokenizer, make_tiny_lm
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_assets):
+    return load_tokenizer(str(tiny_assets["encoder"]))
+
+
+def test_canvas_layout_masks_and_eos_padding(tok):
+    builder = CanvasBuilder(tok, canvas_len=16, prompt_cap=6)
+    c = builder.build(["ab", "abcd"], ["xyz", "q"])
+    eos = tok.eos_token_id
+    assert c.tokens.shape == (2, 16)
+    assert c.prompt_lens.tolist() == [2, 4]
+    assert c.prompt_mask.sum(1).tolist() == [2, 4]
+    assert c.content_mask.sum(1).tolist() == [3, 1]
+    assert torch.all(c.tokens[0, 5:] == eos) and torch.all(c.tokens[1, 5:] == eos)
+    assert c.answer_mask.sum(1).tolist() == [14, 12]  # EOS padding is supervised
+    assert c.last_content.tolist() == [4, 4]
+    assert not (c.content_mask & c.special_mask).any()
+
+
+def test_overflow_policy_is_applied_and_counted(tok):
+    builder = CanvasBuilder(tok, canvas_len=10, prompt_cap=4)
+    c = builder.build(["abcdefg", "ab"], ["12", "123456789"])
+    assert tok.decode(c.tokens[0, :4]) == "defg"  # prompt keeps its last tokens
+    assert c.tokens[1, 2:].tolist() == tok("12345678")["input_ids"]  # answer cut, no EOS
+    assert builder.stats.as_dict() == {"examples": 2, "prompts_truncated": 1, "answers_truncated": 1}
+    inference = builder.build(["ab"])
+    assert torch.all(inference.tokens[0, 2:] == tok.eos_token_id) and not inference.content_mask.any()
+
+
+def test_encoder_states_are_standardised_and_prompt_states_independent_of_answer(tiny_assets, tok):
+    enc = FrozenEncoder(load_causal_lm(str(tiny_assets["encoder"])), layer=2, bf16=False)
+    assert len(enc.reader.base.layers) == 2  # blocks above the read layer are dropped
+    builder = CanvasBuilder(tok, canvas_len=16, prompt_cap=8)
+    full = builder.build(["what 1"], ["answer 2"])
+    alone = builder.build(["what 1"])
+    x_full, x_alone = enc.encode(full.tokens), enc.encode(alone.tokens)
+    assert torch.allclose(x_full.mean(-1), torch.zeros(1, 16), atol=1e-5)
+    assert torch.allclose(x_full.var(-1, unbiased=False), torch.ones(1, 16), atol=1e-2)
+    p = int(full.prompt_lens[0])
+    assert torch.allclose(x_full[:, :p], x_alone[:, :p], atol=1e-5)
+    assert not any(p.requires_grad for p in enc.reader.base.parameters())
+
+
+def test_encoder_reads_hf_hidden_state_of_its_layer(tiny_assets, tok):
+    lm = load_causal_lm(str(tiny_assets["encoder"]))
+    ids = torch.tensor([tok("hello 12")["input_ids"]])
+    with torch.no_grad():
+        ref = lm(input_ids=ids, output_hidden_states=True).hidden_states[2]
+    enc = FrozenEncoder(lm, layer=2, bf16=False)
+    assert torch.allclose(enc.encode(ids), standardize_tokens(ref), atol=1e-5)
+
+
+def test_teacher_targets_shift_and_reg_position(tiny_assets, tok):
+    builder = CanvasBuilder(tok, canvas_len=16, prompt_cap=8)
+    c = builder.build(["ab", "abc"], ["cd", "d"])
+    t0 = FrozenTeacher(load_causal_lm(str(tiny_assets["teacher"])), 2, 3, shift=0, bf16=False)
+    t1 = FrozenTeacher(load_causal_lm(str(tiny_assets["teacher"])), 2, 3, shift=1, bf16=False)
+    a, b = t0.targets(c), t1.targets(c)
+    assert torch.allclose(b.repa[:, 1:], a.repa[:, :-1])
+    last = c.last_content
+    assert torch.allclose(a.reg_repa, a.repa[torch.arange(2), last])
+    t0.calibrate([c, c])
+    assert torch.allclose(t0.targets(c).reg.mean(0), torch.zeros(t0.width), atol=1e-4)
+
+
+def test_vocabulary_mismatch_fails_clearly(tmp_path, tiny_assets):
+    from elfreg.config import TextConfig
+
+    tok = make_char_tokenizer(tmp_path / "other")
+    make_tiny_lm(tmp_path / "other", len(tok) + 5, width=32, layers=3, seed=3)
+    cfg = TextConfig(encoder=str(tiny_assets["encoder"]), encoder_layer=2, teacher=str(tmp_path / "other"),
+                     repa_layer=2, reg_layer=3, canvas_len=16, prompt_cap=4)
+    with pytest.raises(ValueError, match="vocabularies differ"):
+        load_frozen_text(cfg, with_teacher=True)
+    with pytest.raises(ValueError, match="out of range"):
+        FrozenEncoder(load_causal_lm(str(tiny_assets["encoder"])), layer=9)

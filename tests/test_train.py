@@ -1,0 +1,167 @@
+import json
+import math
+
+import pytest
+import torch
+
+from elfreg.config import FlowConfig
+from elfreg.data.examples import Example
+from elfreg.flow import objective
+from elfreg.model.presets import student_from_config
+from elfreg.text.load import load_frozen_text
+from elfreg.train import loop
+from elfreg.train.checkpoint import open_checkpoint, resolve_checkpoint
+from elfreg.train.loop import TrainingDiverged, make_batch, train
+
+EXAMPLES = [Example(f"add {a} {b}", f"{a}+{b}={a + b}") for a, b in [(1, 2), (3, 4), (5, 6), (7, 1)]]
+
+
+def _metrics(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _fixed_losses(student, batch, flow: FlowConfig, loss_cfg):
+    """Denoise loss (no decode rows, no self-conditioning) and decode CE, at fixed randomness."""
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(123)
+        den = objective.elf_reg_loss(student, batch, FlowConfig(decode_prob=0.0, sc_prob=0.0), loss_cfg, g)
+        g = torch.Generator().manual_seed(123)
+        dec = objective.elf_reg_loss(student, batch, FlowConfig(decode_prob=1.0), loss_cfg, g)
+    return den.denoise.item(), dec.decode.item()
+
+
+def test_overfits_a_handful_of_examples(tiny_cfg):
+    cfg = tiny_cfg(train={"steps": 300, "lr": 3e-3, "ckpt_every": 1000, "log_every": 50, "ema_decay": 0.0,
+                          "batch_size": 4})
+    frozen = load_frozen_text(cfg.text, with_teacher=True)
+    frozen.teacher.calibrate([frozen.canvas.build([e.prompt for e in EXAMPLES], [e.answer for e in EXAMPLES])])
+    batch = make_batch(frozen, EXAMPLES, [0, 1, 2, 3], True, torch.device("cpu"))
+    torch.manual_seed(cfg.train.seed)
+    start = student_from_config(cfg, frozen.encoder.width, frozen.encoder.vocab_size, frozen.teacher.width)
+    den0, dec0 = _fixed_losses(start, batch, cfg.flow, cfg.loss)
+
+    result = train(cfg, EXAMPLES)
+    trained = open_checkpoint(result.run_dir).load_student(use_ema=False)
+    frozen.teacher.reg_mean = open_checkpoint(result.run_dir).train_state()["reg_mean"]
+    frozen.teacher.reg_std = open_checkpoint(result.run_dir).train_state()["reg_std"]
+    batch = make_batch(frozen, EXAMPLES, [0, 1, 2, 3], True, torch.device("cpu"))
+    den1, dec1 = _fixed_losses(trained, batch, cfg.flow, cfg.loss)
+    assert dec1 < 0.1 * dec0, (dec0, dec1)
+    assert den1 < 0.5 * den0, (den0, den1)
+    assert result.step == 300 and len(_metrics(result.run_dir)) == 6
+
+
+def test_resume_gives_identical_losses(tiny_cfg, tmp_path):
+    base = dict(steps=6, ckpt_every=3, log_every=1, batch_size=3)
+    straight = tiny_cfg(train={**base, "out_dir": str(tmp_path / "a")})
+    train(straight, EXAMPLES)
+    sliced = tiny_cfg(train={**base, "out_dir": str(tmp_path / "b")})
+    first = train(sliced, EXAMPLES, stop_at=3)
+    assert first.step == 3
+    second = train(sliced, EXAMPLES)
+    assert second.step == 6
+    a, b = _metrics(tmp_path / "a"), _metrics(tmp_path / "b")
+    assert [m["step"] for m in b] == [1, 2, 3, 4, 5, 6]
+    for ma, mb in zip(a, b, strict=True):
+        for key in ("total", "elf", "repa", "reg", "lr", "grad_norm"):
+            assert ma[key] == mb[key], (ma["step"], key)
+    wa = open_checkpoint(tmp_path / "a").model_state()
+    wb = open_checkpoint(tmp_path / "b").model_state()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_refuses_to_overwrite_and_to_resume_a_different_config(tiny_cfg, tmp_path):
+    cfg = tiny_cfg(train={"steps": 2, "out_dir": str(tmp_path / "r")})
+    train(cfg, EXAMPLES)
+    with pytest.raises(FileExistsError):
+        train(cfg, EXAMPLES, resume=False)
+    other = tiny_cfg(train={"steps": 4, "out_dir": str(tmp_path / "r")}, model={"depth": 1, "repa_block": 1})
+    with pytest.raises(ValueError, match="'model'"):
+        train(other, EXAMPLES)
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_cfg, monkeypatch):
+    cfg = tiny_cfg(train={"steps": 6, "ckpt_every": 2})
+    real = objective.elf_reg_loss
+    calls = {"n": 0}
+
+    def poisoned(*args, **kwargs):
+        calls["n"] += 1
+        out = real(*args, **kwargs)
+        if calls["n"] == 3:
+            out.total = out.total * float("nan")
+        return out
+
+    monkeypatch.setattr(loop, "elf_reg_loss", poisoned)
+    with pytest.raises(TrainingDiverged, match="non-finite loss at step 3"):
+        train(cfg, EXAMPLES)
+    ckpt = open_checkpoint(cfg.train.out_dir)
+    assert ckpt.meta["step"] == 2
+    assert all(torch.isfinite(v).all() for v in ckpt.model_state().values())
+
+
+def test_crash_during_save_leaves_previous_checkpoint_loadable(tiny_cfg, monkeypatch):
+    cfg = tiny_cfg(train={"steps": 4, "ckpt_every": 2})
+    from elfreg.train import checkpoint as ck
+
+    real_save = ck.torch.save
+    calls = {"n": 0}
+
+    def failing_save(obj, path, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            real_save(obj, path, *a, **k)
+            raise OSError("disk full")
+        return real_save(obj, path, *a, **k)
+
+    monkeypatch.setattr(ck.torch, "save", failing_save)
+    with pytest.raises(OSError, match="disk full"):
+        train(cfg, EXAMPLES)
+    root = resolve_checkpoint(cfg.train.out_dir)
+    assert root.name == "step-0000002"
+    assert open_checkpoint(cfg.train.out_dir).load_student() is not None
+    leftovers = [p.name for p in (root.parent).iterdir() if p.name.startswith(".tmp")]
+    assert leftovers == []
+
+
+def test_frozen_models_get_no_gradient_and_stay_unchanged(tiny_cfg):
+    cfg = tiny_cfg()
+    frozen = load_frozen_text(cfg.text, with_teacher=True)
+    frozen.teacher.calibrate([frozen.canvas.build(["a", "b"], ["c", "d"])])
+    before = {n: p.clone() for m in (frozen.encoder.reader.base, frozen.teacher.reader.base)
+              for n, p in m.named_parameters(prefix=str(id(m)))}
+    student = student_from_config(cfg, frozen.encoder.width, frozen.encoder.vocab_size, frozen.teacher.width)
+    opt = torch.optim.AdamW(student.parameters(), lr=0.1)
+    batch = make_batch(frozen, EXAMPLES, [0, 1, 2, 3], True, torch.device("cpu"))
+    out = objective.elf_reg_loss(student, batch, cfg.flow, cfg.loss, torch.Generator().manual_seed(0))
+    out.total.backward()
+    opt.step()
+    for m in (frozen.encoder.reader.base, frozen.teacher.reader.base):
+        for n, p in m.named_parameters(prefix=str(id(m))):
+            assert p.grad is None and not p.requires_grad
+            assert torch.equal(p, before[n])
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in student.parameters())
+
+
+def test_teacher_is_not_loaded_or_called_without_repa_and_reg(tiny_cfg, monkeypatch):
+    from elfreg.text import frozen as frozen_mod
+
+    def boom(*a, **k):
+        raise AssertionError("teacher used")
+
+    monkeypatch.setattr(frozen_mod.FrozenTeacher, "__init__", boom)
+    monkeypatch.setattr(frozen_mod.FrozenTeacher, "targets", boom)
+    cfg = tiny_cfg(loss={"repa": False, "extra_token": "none"}, train={"steps": 3})
+    result = train(cfg, EXAMPLES)
+    assert result.step == 3 and math.isfinite(result.last_losses["total"])
+    assert result.last_losses["repa"] == 0.0 and result.last_losses["reg"] == 0.0
+
+
+@pytest.mark.parametrize("loss", [{"repa": True, "extra_token": "none"}, {"repa": True, "extra_token": "learned"},
+                                  {"repa": False, "extra_token": "reg"}])
+def test_ablation_switches_train(tiny_cfg, loss):
+    cfg = tiny_cfg(loss=loss, train={"steps": 2}, text={"repa_shift": 1})
+    result = train(cfg, EXAMPLES)
+    assert math.isfinite(result.last_losses["total"])
+    assert (result.last_losses["repa"] > 0) == loss["repa"]
+    assert (result.last_losses["reg"] > 0) == (loss["extra_token"] == "reg")
