@@ -7,18 +7,26 @@ import argparse
 import torch
 
 from ..config import Config
-from .presets import PAPER_COUNTS, PRESETS, build_on_meta, student_from_config
+from .presets import KNOWN_FROZEN, PAPER_COUNTS, PRESETS, build_on_meta, student_from_config
+
+
+def _width_and_vocab(name: str, revision: str | None) -> tuple[int, int]:
+    """(hidden width, vocabulary) of a frozen model: known paper models offline, else its HF config."""
+    if name in KNOWN_FROZEN and revision is None:
+        return KNOWN_FROZEN[name]
+    from transformers import AutoConfig
+
+    hf = AutoConfig.from_pretrained(name, revision=revision)
+    return hf.hidden_size, hf.vocab_size
 
 
 def _frozen_dims(cfg: Config) -> tuple[int, int, int | None]:
-    """Encoder width, vocabulary and teacher width, read from the frozen models' HF configs."""
-    from transformers import AutoConfig
-
-    enc = AutoConfig.from_pretrained(cfg.text.encoder, revision=cfg.text.encoder_revision)
+    """Encoder width, vocabulary and teacher width of a run config."""
+    enc_dim, vocab = _width_and_vocab(cfg.text.encoder, cfg.text.encoder_revision)
     teacher = None
     if cfg.text.teacher and (cfg.loss.repa or cfg.loss.extra_token == "reg"):
-        teacher = AutoConfig.from_pretrained(cfg.text.teacher, revision=cfg.text.teacher_revision).hidden_size
-    return enc.hidden_size, enc.vocab_size, teacher
+        teacher = _width_and_vocab(cfg.text.teacher, cfg.text.teacher_revision)[0]
+    return enc_dim, vocab, teacher
 
 
 def format_counts(name: str, groups: dict[str, int]) -> str:

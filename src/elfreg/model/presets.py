@@ -12,6 +12,11 @@ from .student import ExtraToken, Student
 QWEN3_VOCAB = 151_936
 QWEN3_0_6B_WIDTH = 1024  # frozen encoder (Qwen3-0.6B-Base)
 QWEN3_1_7B_WIDTH = 2048  # frozen teacher (Qwen3-1.7B-Base)
+# (hidden width, vocabulary) of the paper's frozen models, so counts need no download
+KNOWN_FROZEN = {
+    "Qwen/Qwen3-0.6B-Base": (QWEN3_0_6B_WIDTH, QWEN3_VOCAB),
+    "Qwen/Qwen3-1.7B-Base": (QWEN3_1_7B_WIDTH, QWEN3_VOCAB),
+}
 
 
 @dataclass(frozen=True)
