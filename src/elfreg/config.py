@@ -130,6 +130,7 @@ class SampleConfig:
     renoise_eta: float = 1.2
     renoise_power: float = 0.5
     adaptive_patience: int = 2
+    adaptive_interval: int = 4  # adaptive exit: check the decoded answer every K denoiser steps
 
 
 @dataclass

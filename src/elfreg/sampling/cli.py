@@ -1,0 +1,99 @@
+"""``elfreg sample``: answers for prompts from a checkpoint (spec §4).
+
+    elfreg sample --checkpoint RUN_DIR --prompt "..." [--prompt "..."] [--prompts-file FILE]
+                  [--nfe 64] [--sampler early-stop] [--samples 1] [--seed 0] [--sc-cfg 3]
+                  [--out answers.jsonl] [--trajectory-dir DIR]
+
+Unset sampler settings come from the checkpoint's config. Prints every answer with the NFE it
+used; ``--out`` writes one JSON object per sample.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .options import SAMPLERS
+
+
+def _read_prompts(path: str) -> list[str]:
+    """One prompt per line of a text file, or the ``prompt`` field of each line of a .jsonl file."""
+    lines = [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    if path.endswith(".jsonl"):
+        return [str(json.loads(line)["prompt"]) for line in lines]
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    from .api import generate_results_from_checkpoint
+
+    prompts = list(args.prompt or [])
+    if args.prompts_file:
+        prompts += _read_prompts(args.prompts_file)
+    if not prompts:
+        print("error: give at least one --prompt or a --prompts-file", file=sys.stderr)
+        return 2
+    options = dict(sc_cfg=args.sc_cfg, prompt_cfg=args.prompt_cfg, rho=args.rho, renoise_eta=args.eta,
+                   renoise_power=args.power, adaptive_patience=args.patience, adaptive_interval=args.check_every)
+    try:
+        results = generate_results_from_checkpoint(
+            args.checkpoint, prompts, args.samples, args.nfe, args.sampler, args.seed, batch_size=args.batch_size,
+            device=args.device, precision=args.precision, use_ema=not args.raw_weights,
+            record_every=args.record_every if args.trajectory_dir else 0, progress=not args.no_progress,
+            **options)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+    for r in results:
+        if r.sample_index == 0:
+            print(f"prompt {r.prompt_index}: {prompts[r.prompt_index]}")
+        exit_note = f", stopped early at step {r.steps}" if r.early_exit else ""
+        print(f"  sample {r.sample_index} (seed {r.seed}, {r.nfe} NFE{exit_note}): {r.text}")
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "w", encoding="utf-8") as f:
+            for r in results:
+                f.write(json.dumps({"prompt": prompts[r.prompt_index], **r.as_dict()},
+                                   ensure_ascii=False) + "\n")
+        print(f"wrote {len(results)} samples to {out}")
+    if args.trajectory_dir:
+        folder = Path(args.trajectory_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        for r in results:
+            r.trajectory.save(folder / f"prompt{r.prompt_index:05d}_sample{r.sample_index:03d}.safetensors")
+        print(f"wrote {len(results)} trajectories to {folder}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sample", help="generate answers from a checkpoint",
+                       description="Generate answers with an ELF-REG checkpoint (spec §4). Unset sampler "
+                                   "settings come from the checkpoint's config.")
+    p.add_argument("--checkpoint", required=True, help="run folder, checkpoints folder or one checkpoint")
+    p.add_argument("--prompt", action="append", help="a prompt (repeatable)")
+    p.add_argument("--prompts-file", help="prompts: one per line, or a .jsonl file with a 'prompt' field")
+    p.add_argument("--nfe", type=int, default=None, help="NFE budget N (default: the config's, 64)")
+    p.add_argument("--sampler", choices=SAMPLERS, default=None, help="default: the config's (early-stop)")
+    p.add_argument("--samples", type=int, default=1, help="samples per prompt; sample j uses seed + j")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sc-cfg", type=float, default=None, help="SC-CFG scale w")
+    p.add_argument("--prompt-cfg", type=float, default=None,
+                   help="plain prompt CFG scale (1 = off; otherwise two calls per step, inference-only)")
+    p.add_argument("--rho", type=int, default=None, help="master-grid ratio rho (M = rho*N)")
+    p.add_argument("--eta", type=float, default=None, help="re-noising noise scale eta")
+    p.add_argument("--power", type=float, default=None, help="re-noising schedule power p")
+    p.add_argument("--patience", type=int, default=None, help="adaptive: unchanged checks needed to stop")
+    p.add_argument("--check-every", type=int, default=None, help="adaptive: check every K denoiser steps")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto")
+    p.add_argument("--raw-weights", action="store_true", help="use the raw weights instead of the EMA")
+    p.add_argument("--out", help="write one JSON object per sample to this .jsonl file")
+    p.add_argument("--trajectory-dir", help="save one trajectory file (.safetensors) per sample here")
+    p.add_argument("--record-every", type=int, default=1, help="trajectory: record every k-th step")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run)

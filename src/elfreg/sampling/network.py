@@ -1,0 +1,139 @@
+"""The network as the samplers see it: a denoiser D_θ and a decoder D (spec §2, §4).
+
+Samplers talk to a :class:`Network`, so that tests can drive them with stub networks whose
+predictions are known analytically. :class:`StudentNetwork` adapts a trained
+:class:`~elfreg.model.student.Student`:
+
+- ``denoise`` is one call of the student in denoise mode and returns the clean predictions
+  (x̂ for the text, r̂ for the REG token when the student has one);
+- ``decode`` is one call of the same student in decode mode (t = 1, self-conditioning 0 — forced
+  inside the model) followed by the vocabulary head and an argmax per answer position. The
+  logits are produced in chunks of positions, so a 151,936-entry vocabulary never needs a
+  (batch × canvas × vocabulary) tensor. Given ``eos_id``, the vocabulary head runs left to right
+  over the answer region and stops for a row once it has produced an EOS: every position after a
+  row's first EOS then holds EOS. The answer (the prefix before the first EOS) is the same as with
+  a full argmax; only the vocabulary-head work after it is saved.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from ..device import autocast
+from ..model.student import Student
+
+# Upper bound on the number of logits held at once while decoding (positions × vocabulary).
+LOGITS_PER_CHUNK = 1 << 25
+
+
+@runtime_checkable
+class Network(Protocol):
+    """What a sampler needs from the model. All tensors are on the network's device.
+
+    ``reg_dim`` is the width d_r of the REG state, or None when the model has no REG token.
+    """
+
+    reg_dim: int | None
+
+    def denoise(self, z: torch.Tensor, q: torch.Tensor, t: torch.Tensor, w: torch.Tensor,
+                prompt_mask: torch.Tensor, reg: torch.Tensor | None,
+                reg_q: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One denoiser call d = D_θ(y, q, t) (Eq. 12): (B, L, d) text and (B, d_r) REG predictions.
+
+        Prompt positions of the returned text prediction equal ``z`` (the clean prompt).
+        """
+        ...
+
+    def decode(self, x: torch.Tensor, prompt_mask: torch.Tensor, reg: torch.Tensor | None,
+               w: torch.Tensor) -> torch.Tensor:
+        """One decoder call: (B, L) argmax token ids at answer positions, −1 at prompt positions."""
+        ...
+
+
+class StudentNetwork:
+    """A :class:`Network` backed by a :class:`Student` (eval mode, no gradient, optional bf16)."""
+
+    def __init__(self, student: Student, bf16: bool = False, eos_id: int | None = None,
+                 logits_per_chunk: int = LOGITS_PER_CHUNK):
+        self.student = student.eval()
+        self.bf16 = bf16
+        self.eos_id = eos_id
+        self.reg_dim = student.teacher_dim if student.extra_token == "reg" else None
+        self.positions_per_chunk = max(1, logits_per_chunk // student.vocab_size)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.student.parameters()).device
+
+    @torch.no_grad()
+    def denoise(self, z: torch.Tensor, q: torch.Tensor, t: torch.Tensor, w: torch.Tensor,
+                prompt_mask: torch.Tensor, reg: torch.Tensor | None = None,
+                reg_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        with autocast(self.device, self.bf16):
+            out = self.student(z, q, t, w, prompt_mask, reg=reg, reg_self_cond=reg_q)
+        reg_hat = out.reg_hat.float() if self.reg_dim is not None else None
+        return out.x_hat.float(), reg_hat
+
+    @torch.no_grad()
+    def decode(self, x: torch.Tensor, prompt_mask: torch.Tensor, reg: torch.Tensor | None,
+               w: torch.Tensor) -> torch.Tensor:
+        b = x.shape[0]
+        ones = torch.ones(b, device=x.device)
+        with autocast(self.device, self.bf16):
+            out = self.student(x, torch.zeros_like(x), ones, w, prompt_mask,
+                               decode=torch.ones(b, dtype=torch.bool, device=x.device), reg=reg)
+            if self.eos_id is None:
+                return self._argmax_all(out.hidden, prompt_mask)
+            return self._argmax_until_eos(out.hidden, prompt_mask, self.eos_id)
+
+    def _argmax_all(self, hidden: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
+        h = hidden[~prompt_mask]
+        parts = [self.student.decode_logits(h[i:i + self.positions_per_chunk]).argmax(-1)
+                 for i in range(0, h.shape[0], self.positions_per_chunk)]
+        ids = torch.full(prompt_mask.shape, -1, dtype=torch.long, device=hidden.device)
+        if parts:
+            ids[~prompt_mask] = torch.cat(parts)
+        return ids
+
+    def _argmax_until_eos(self, hidden: torch.Tensor, prompt_mask: torch.Tensor, eos: int) -> torch.Tensor:
+        """Argmax over windows of answer positions, left to right, for the rows without an EOS yet.
+
+        Assumes each row's answer region is contiguous after its prompt (the canvas layout).
+        """
+        b, length = prompt_mask.shape
+        dev = hidden.device
+        ids = torch.full((b, length), eos, dtype=torch.long, device=dev)
+        ids[prompt_mask] = -1
+        start = prompt_mask.sum(1)  # first answer position of each row
+        pending = torch.ones(b, dtype=torch.bool, device=dev)
+        offset = 0
+        longest = int(length - start.min())
+        while offset < longest and bool(pending.any()):
+            rows = pending.nonzero().squeeze(1)
+            width = max(1, self.positions_per_chunk // rows.numel())
+            cols = start[rows, None] + torch.arange(offset, offset + width, device=dev)[None, :]
+            valid = cols < length
+            r_idx = rows[:, None].expand_as(cols)[valid]
+            c_idx = cols[valid]
+            tokens = self.student.decode_logits(hidden[r_idx, c_idx]).argmax(-1)
+            ids[r_idx, c_idx] = tokens
+            hit = torch.zeros(b, dtype=torch.bool, device=dev)
+            hit[r_idx[tokens == eos]] = True
+            pending &= ~hit & (start + offset + width < length)
+            offset += width
+        # everything after a row's first EOS is EOS
+        answer = ~prompt_mask
+        after_eos = (torch.cumsum((ids == eos) & answer, dim=1) - ((ids == eos) & answer).long()) > 0
+        ids[after_eos & answer] = eos
+        return ids
+
+
+def as_network(model: Student | Network, bf16: bool = False) -> Network:
+    """Wrap a Student; pass any other :class:`Network` through unchanged."""
+    if isinstance(model, Student):
+        return StudentNetwork(model, bf16)
+    if isinstance(model, Network):
+        return model
+    raise TypeError(f"expected a Student or a sampling Network, got {type(model).__name__}")

@@ -1,0 +1,84 @@
+import json
+import shutil
+
+import pytest
+
+from elfreg.cli import main
+from elfreg.data.examples import Example
+from elfreg.sampling.api import generate_from_checkpoint, generate_results_from_checkpoint
+from elfreg.train.loop import train
+
+EXAMPLES = [Example(f"add {a} {b}", f"{a}+{b}={a + b}") for a, b in [(1, 2), (3, 4), (5, 6), (7, 1)]]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tiny_assets, tmp_path_factory):
+    """A tiny ELF-REG checkpoint (REPA + REG) trained for a few steps, whose teacher is then deleted."""
+    from conftest import tiny_config
+
+    root = tmp_path_factory.mktemp("sampling_ckpt")
+    assets = {name: root / name for name in ("encoder", "teacher")}
+    for name, folder in assets.items():
+        shutil.copytree(tiny_assets[name], folder)
+    cfg = tiny_config(assets, root, train={"steps": 3, "ckpt_every": 3}, sample={"nfe": 6, "sc_cfg": 2.0})
+    result = train(cfg, EXAMPLES)
+    shutil.rmtree(assets["teacher"])
+    return result.run_dir
+
+
+@pytest.fixture
+def no_teacher(monkeypatch):
+    from elfreg.text import frozen as frozen_mod
+
+    def boom(*a, **k):
+        raise AssertionError("the teacher must not be used for sampling")
+
+    monkeypatch.setattr(frozen_mod.FrozenTeacher, "__init__", boom)
+
+
+def test_generate_from_checkpoint_without_teacher(run_dir, no_teacher):
+    prompts = ["add 1 2", "add 13 7"]
+    out = generate_from_checkpoint(str(run_dir), prompts, samples=3, nfe=5, sampler="early-stop", seed=4,
+                                   progress=False)
+    assert len(out) == 2 and all(len(row) == 3 and all(isinstance(a, str) for a in row) for row in out)
+    again = generate_from_checkpoint(str(run_dir), prompts, samples=3, nfe=5, sampler="early-stop", seed=4,
+                                     progress=False)
+    assert again == out
+    results = generate_results_from_checkpoint(run_dir, prompts, samples=1, progress=False)
+    # defaults from the checkpoint config: nfe 6 (set above), sampler early-stop, w = 2
+    assert all(r.nfe == 6 and r.sampler == "early-stop" for r in results)
+
+
+def test_cli_prints_answers_and_writes_jsonl(run_dir, no_teacher, tmp_path, capsys):
+    out = tmp_path / "answers.jsonl"
+    traj = tmp_path / "traj"
+    code = main(["sample", "--checkpoint", str(run_dir), "--prompt", "add 1 2", "--prompt", "add 5 6",
+                 "--nfe", "7", "--sampler", "adaptive", "--samples", "2", "--seed", "3", "--sc-cfg", "2.5",
+                 "--patience", "100", "--out", str(out), "--trajectory-dir", str(traj), "--no-progress"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["prompt_index"], r["sample_index"], r["seed"]) for r in rows] == [(0, 0, 3), (0, 1, 4), (1, 0, 3),
+                                                                                  (1, 1, 4)]
+    assert all(r["nfe"] == 7 and r["nfe_budget"] == 7 and r["sampler"] == "adaptive" for r in rows)
+    assert rows[0]["prompt"] == "add 1 2" and rows[3]["prompt"] == "add 5 6"
+    assert "prompt 0: add 1 2" in printed and "prompt 1: add 5 6" in printed
+    for r in rows:
+        assert f"sample {r['sample_index']} (seed {r['seed']}, 7 NFE): {r['text']}" in printed
+    assert len(list(traj.glob("*.safetensors"))) == 4
+    # the same settings through the Python API give the same answers
+    api = generate_from_checkpoint(str(run_dir), ["add 1 2", "add 5 6"], samples=2, nfe=7, sampler="adaptive",
+                                   seed=3, sc_cfg=2.5, adaptive_patience=100, progress=False)
+    assert api == [[rows[0]["text"], rows[1]["text"]], [rows[2]["text"], rows[3]["text"]]]
+
+
+def test_cli_reports_usage_errors(run_dir, tmp_path, capsys):
+    assert main(["sample", "--checkpoint", str(run_dir)]) == 2
+    assert "at least one --prompt" in capsys.readouterr().err
+    assert main(["sample", "--checkpoint", str(tmp_path / "missing"), "--prompt", "x", "--no-progress"]) == 2
+    assert "no checkpoint" in capsys.readouterr().err
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "add 2 2"}) + "\n")
+    assert main(["sample", "--checkpoint", str(run_dir), "--prompts-file", str(prompts), "--nfe", "3",
+                 "--no-progress"]) == 0
+    assert "prompt 0: add 2 2" in capsys.readouterr().out

@@ -1,0 +1,161 @@
+import math
+
+import pytest
+import torch
+from sampling_stubs import FixedNetwork, make_problem
+
+from elfreg.sampling import SamplingOptions, full_span_grid, grid_generator, master_grid, run_sampler
+from elfreg.sampling.grids import power_schedule
+
+SIGMA = 2.0
+
+
+def _run(sampler, nfe=64, seeds=(0, 1), rho=8, d_r=4, **opts):
+    states, mask, target, x_hat, codebook, reg_hat = make_problem(batch=len(seeds), d_r=d_r)
+    net = FixedNetwork(x_hat, codebook, reg_hat)
+    options = SamplingOptions(sampler=sampler, nfe=nfe, rho=rho, sigma=SIGMA, **opts)
+    out = run_sampler(net, states, mask, list(seeds), options)
+    return out, net, states, mask, target, x_hat, reg_hat
+
+
+def _initial_noise(seed, length=10, dim=6, d_r=4):
+    g = torch.Generator().manual_seed(seed)
+    text = torch.randn((length, dim), generator=g)
+    reg = torch.randn((d_r,), generator=g)
+    return SIGMA * text, SIGMA * reg, g
+
+
+def test_early_stop_n64_rho8_calls_and_decodes_the_prediction_at_index_62():
+    out, net, states, mask, target, x_hat, reg_hat = _run("early-stop", nfe=64, seeds=(5, 6))
+    assert out.denoiser_calls.tolist() == [63, 63] and out.decoder_calls.tolist() == [1, 1]
+    assert out.nfe.tolist() == [64, 64]
+    assert len(net.denoise_log) == 63 and len(net.decode_log) == 1
+    for row, seed in enumerate((5, 6)):
+        grid = master_grid(64, 8, grid_generator(seed))
+        assert grid.numel() == 512
+        seen = torch.stack([call["t"][row] for call in net.denoise_log]).double()
+        assert torch.allclose(seen, grid[:63].float().double())  # evaluated at t_0 … t_62
+        assert out.exit_time[row].item() == grid[62].item()
+    # the decoder gets d_62 itself: the clean prediction x̂ (answer) and the clean prompt
+    dec = net.decode_log[0]
+    assert torch.equal(dec["x"][~mask], x_hat.expand(2, -1, -1)[~mask])
+    assert torch.equal(dec["x"][mask], states[mask])
+    assert torch.equal(dec["reg"], reg_hat.expand(2, -1))  # last REG prediction
+    assert torch.equal(out.token_ids[~mask], target.expand(2, -1)[~mask])
+    assert torch.all(out.token_ids[mask] == -1)
+
+
+def test_euler_states_follow_eq12_and_self_conditioning_is_the_previous_prediction():
+    out, net, states, mask, _, x_hat, reg_hat = _run("early-stop", nfe=6, seeds=(3,))
+    y0, r0, _ = _initial_noise(3)
+    grid = master_grid(6, 8, grid_generator(3))[:6].float()
+    first = net.denoise_log[0]
+    assert torch.equal(first["z"][0][~mask[0]], y0[~mask[0]])  # answer starts at σ·N(0, I)
+    assert torch.equal(first["reg"][0], r0)  # REG starts from noise
+    assert torch.all(first["q"] == 0) and torch.all(first["reg_q"] == 0)
+    for j, call in enumerate(net.denoise_log):
+        assert torch.equal(call["z"][mask], states[mask])  # prompt stays clean
+        assert torch.all(call["w"] == 3.0)  # SC-CFG scale enters the network
+        if j:
+            assert torch.equal(call["q"][0][~mask[0]], x_hat[~mask[0]])
+            assert torch.equal(call["reg_q"][0], reg_hat)
+            prev, t0, t1 = net.denoise_log[j - 1], grid[j - 1], grid[j]
+            expect = prev["z"] + (t1 - t0) * (x_hat - prev["z"]) / max(1 - t0.item(), 0.05)
+            assert torch.allclose(call["z"][0][~mask[0]], expect[0][~mask[0]], atol=1e-6)
+
+
+@pytest.mark.parametrize("nfe", [2, 5, 21])
+def test_full_span_lands_exactly_on_a_fixed_prediction_when_the_last_step_is_unclamped(nfe):
+    out, net, _, mask, target, x_hat, reg_hat = _run("full-span", nfe=nfe, seeds=(0,))
+    assert out.denoiser_calls.item() == nfe - 1 and out.decoder_calls.item() == 1 and out.nfe.item() == nfe
+    assert out.exit_time.item() == 1.0
+    dec = net.decode_log[0]
+    assert torch.allclose(dec["x"][0][~mask[0]], x_hat[~mask[0]], atol=1e-5)
+    assert torch.allclose(dec["reg"][0], reg_hat, atol=1e-5)
+    assert torch.equal(out.token_ids[0][~mask[0]], target[~mask[0]])
+
+
+def test_full_span_n64_matches_the_analytic_euler_solution():
+    # With a fixed x̂, y_{j+1} − x̂ = (1 − h/max(1 − t_j, 0.05))·(y_j − x̂) on the uniform grid.
+    out, net, _, mask, _, x_hat, reg_hat = _run("full-span", nfe=64, seeds=(7,))
+    assert out.denoiser_calls.item() == 63 and out.decoder_calls.item() == 1
+    t = full_span_grid(64)
+    assert torch.allclose(torch.stack([c["t"][0] for c in net.denoise_log]).double(), t[:-1].float().double())
+    factor = math.prod(1 - (t[j + 1] - t[j]).item() / max(1 - t[j].item(), 0.05) for j in range(63))
+    y0, r0, _ = _initial_noise(7)
+    expect = x_hat + factor * (y0 - x_hat)
+    got = net.decode_log[0]["x"][0]
+    assert abs(factor) > 1e-3  # the clamp keeps the last steps from landing exactly here
+    assert torch.allclose(got[~mask[0]], expect[~mask[0]], atol=1e-4)
+    assert torch.allclose(net.decode_log[0]["reg"][0], reg_hat + factor * (r0 - reg_hat), atol=1e-4)
+
+
+def test_renoise_ends_at_early_stop_t_star_and_follows_the_renoise_rule():
+    nfe, seed, eta = 12, 4, 1.2
+    out, net, states, mask, target, x_hat, reg_hat = _run("renoise", nfe=nfe, seeds=(seed,), renoise_eta=eta)
+    t_star = master_grid(nfe, 8, grid_generator(seed))[nfe - 2].item()
+    times = power_schedule(nfe, t_star, 0.5)
+    assert out.denoiser_calls.item() == nfe - 1 and out.decoder_calls.item() == 1
+    assert out.exit_time.item() == pytest.approx(t_star, abs=1e-15)
+    seen = torch.stack([c["t"][0] for c in net.denoise_log]).double()
+    assert torch.allclose(seen, times.float().double())
+    _, _, g = _initial_noise(seed)  # fresh noise follows the initial draws of the same generator
+    xi, xr = torch.randn((10, 6), generator=g), torch.randn((4,), generator=g)
+    t1 = times[1].float()
+    z1, call1 = t1 * x_hat + (1 - t1) * eta * SIGMA * xi, net.denoise_log[1]
+    assert torch.allclose(call1["z"][0][~mask[0]], z1[~mask[0]], atol=1e-6)
+    assert torch.allclose(call1["reg"][0], t1 * reg_hat + (1 - t1) * eta * SIGMA * xr, atol=1e-6)
+    assert torch.equal(call1["z"][mask], states[mask])
+    assert torch.equal(call1["q"][0][~mask[0]], x_hat[~mask[0]])  # previous clean prediction
+    assert torch.equal(net.decode_log[0]["x"][0][~mask[0]], x_hat[~mask[0]])
+    assert torch.equal(out.token_ids[0][~mask[0]], target[~mask[0]])
+
+
+def test_renoise_with_eta_zero_is_deterministic():
+    nfe = 10
+    runs = [_run("renoise", nfe=nfe, seeds=(s,), renoise_eta=0.0)[1] for s in (0, 0, 1)]
+    # With η = 0 every input after the first is t_{i+1}·x̂ exactly, whatever the noise seed.
+    for net in runs:
+        x_hat, reg_hat = net.x_hat, net.reg_hat
+        for call in net.denoise_log[1:]:
+            t, mask = call["t"][0], call["prompt_mask"][0]
+            assert torch.equal(call["z"][0][~mask], (t * x_hat)[~mask])
+            assert torch.equal(call["reg"][0], t * reg_hat)
+    assert all(torch.equal(a["z"], b["z"]) for a, b in zip(runs[0].denoise_log, runs[1].denoise_log, strict=True))
+    assert not torch.equal(runs[0].denoise_log[0]["z"], runs[2].denoise_log[0]["z"])  # y_0 differs by seed
+    noisy = [_run("renoise", nfe=nfe, seeds=(0,), renoise_eta=1.2)[1] for _ in range(2)]
+    assert torch.equal(noisy[0].denoise_log[3]["z"], noisy[1].denoise_log[3]["z"])  # same seed, same draws
+    assert not torch.equal(noisy[0].denoise_log[3]["z"], runs[0].denoise_log[3]["z"])
+
+
+def test_prompt_cfg_costs_two_calls_per_step_and_guides_the_prediction():
+    states, mask, _, x_hat, codebook, reg_hat = make_problem(batch=2)
+    net = FixedNetwork(x_hat, codebook, reg_hat, prompt_gain=1.0)
+    out = run_sampler(net, states, mask, [0, 1], SamplingOptions(sampler="early-stop", nfe=8, prompt_cfg=2.5))
+    assert out.denoiser_calls.tolist() == [14, 14] and out.decoder_calls.tolist() == [1, 1]
+    assert out.nfe.tolist() == [15, 15]
+    call = net.denoise_log[0]
+    assert call["z"].shape[0] == 4  # conditional and prompt-dropped rows in one forward
+    assert torch.equal(call["z"][:2][mask], states[mask]) and torch.all(call["z"][2:][mask] == 0)
+    m = mask[..., None].float()
+    prompt_mean = (states * m).sum(1, keepdim=True) / m.sum(1, keepdim=True)
+    expect = x_hat + 2.5 * prompt_mean  # uncond x̂ + 2.5·(cond − uncond)
+    got = net.decode_log[0]["x"]
+    assert torch.allclose(got[~mask], expect.expand(2, -1, -1)[~mask], atol=1e-5)
+    assert torch.equal(got[mask], states[mask])
+
+
+def test_counting_is_per_sample_and_students_without_reg_work():
+    out, net, *_ = _run("early-stop", nfe=9, seeds=(0, 1, 2), d_r=None)
+    assert out.nfe.tolist() == [9, 9, 9]
+    assert all(call["reg"] is None for call in net.denoise_log) and net.decode_log[0]["reg"] is None
+    assert all(call["z"].shape[0] == 3 for call in net.denoise_log)  # one batched forward per step
+
+
+def test_options_are_validated():
+    with pytest.raises(ValueError, match="sampler"):
+        SamplingOptions(sampler="ddim")
+    with pytest.raises(ValueError, match="nfe"):
+        SamplingOptions(nfe=1)
+    with pytest.raises(ValueError, match="adaptive_patience"):
+        SamplingOptions(adaptive_patience=0)
