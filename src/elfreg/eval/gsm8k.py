@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
+from .math500 import last_boxed
+
 __all__ = ["extract_gsm8k_answer", "parse_number", "numbers_equal", "gsm8k_gold_answer"]
 
 _MINUS = "-\u2212\u2013"  # hyphen-minus, minus sign, en dash
@@ -48,24 +50,6 @@ def _numbers(text: str) -> list[str]:
     return found
 
 
-def _last_boxed(text: str) -> str | None:
-    start = text.rfind("\\boxed")
-    if start < 0:
-        return None
-    brace = text.find("{", start)
-    if brace < 0:
-        return None
-    depth = 0
-    for i in range(brace, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[brace + 1 : i]
-    return text[brace + 1 :]
-
-
 def extract_gsm8k_answer(text: str) -> str | None:
     """The final numeric answer of a GSM8K-style solution, normalised, or ``None``.
 
@@ -85,7 +69,7 @@ def extract_gsm8k_answer(text: str) -> str | None:
         nums = _numbers(text[phrases[-1].end() :])
         if nums:
             return nums[0]
-    boxed = _last_boxed(text)
+    boxed = last_boxed(text)
     if boxed is not None:
         nums = _numbers(boxed)
         if nums:

@@ -66,12 +66,7 @@ class SamplingOptions:
     @classmethod
     def from_config(cls, cfg: Config, **overrides: Any) -> SamplingOptions:
         """Defaults from ``cfg.sample`` and ``cfg.flow``; ``None`` overrides are ignored."""
-        s = cfg.sample
-        base = dict(sampler=s.sampler, nfe=s.nfe, rho=s.rho, sc_cfg=s.sc_cfg, prompt_cfg=s.prompt_cfg,
-                    renoise_eta=s.renoise_eta, renoise_power=s.renoise_power,
-                    adaptive_patience=s.adaptive_patience,
-                    adaptive_interval=s.adaptive_interval,
-                    sigma=cfg.flow.sigma, c_min=cfg.flow.c_min)
+        base = {**dataclasses.asdict(cfg.sample), "sigma": cfg.flow.sigma, "c_min": cfg.flow.c_min}
         unknown = set(overrides) - set(base)
         if unknown:
             raise TypeError(f"unknown sampling option(s): {', '.join(sorted(unknown))}")
