@@ -13,7 +13,7 @@ _COMMAND_MODULES = [
     "elfreg.train.cli",
     "elfreg.sampling.cli",
     "elfreg.eval.cli",
-    "elfreg.data.demo_cli",
+    "elfreg.demo",
 ]
 
 

@@ -88,8 +88,10 @@ class DataConfig:
     split: str = "train"
     prompt_field: str = "prompt"
     answer_field: str = "answer"
-    toy_level: int = 1
-    toy_max_number: int = 20
+    toy_level: int = 1  # toy-arith: 1 one step, 2 two or three chained steps
+    toy_max_number: int = 30  # toy-arith operands in 1..toy_max_number
+    toy_count: int = 20000  # toy examples drawn (combinations repeat with varied wordings)
+    toy_seed: int = 0
     limit: int = 0  # 0: all examples
 
 

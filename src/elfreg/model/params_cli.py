@@ -22,10 +22,13 @@ def _width_and_vocab(name: str, revision: str | None) -> tuple[int, int]:
 
 def _frozen_dims(cfg: Config) -> tuple[int, int, int | None]:
     """Encoder width, vocabulary and teacher width of a run config."""
-    enc_dim, vocab = _width_and_vocab(cfg.text.encoder, cfg.text.encoder_revision)
+    from ..text.load import resolve_model_ids
+
+    text = resolve_model_ids(cfg.text)
+    enc_dim, vocab = _width_and_vocab(text.encoder, text.encoder_revision)
     teacher = None
-    if cfg.text.teacher and (cfg.loss.repa or cfg.loss.extra_token == "reg"):
-        teacher = _width_and_vocab(cfg.text.teacher, cfg.text.teacher_revision)[0]
+    if text.teacher and (cfg.loss.repa or cfg.loss.extra_token == "reg"):
+        teacher = _width_and_vocab(text.teacher, text.teacher_revision)[0]
     return enc_dim, vocab, teacher
 
 

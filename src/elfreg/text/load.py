@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -26,8 +26,10 @@ def load_frozen_text(cfg: TextConfig, with_teacher: bool, device: torch.device |
                      bf16: bool = True) -> FrozenText:
     """Tokenizer, canvas builder, encoder and (for REPA/REG training only) the teacher.
 
-    Inference passes ``with_teacher=False``: the teacher is never loaded there.
+    Inference passes ``with_teacher=False``: the teacher is never loaded there. Model ids of the
+    form ``toy:encoder`` resolve to the cached toy build (:mod:`elfreg.data.toy`).
     """
+    cfg = resolve_model_ids(cfg)
     tokenizer = load_tokenizer(cfg.tokenizer or cfg.encoder,
                                cfg.encoder_revision if cfg.tokenizer is None else None)
     encoder = FrozenEncoder(load_causal_lm(cfg.encoder, cfg.encoder_revision).to(device),
@@ -43,6 +45,15 @@ def load_frozen_text(cfg: TextConfig, with_teacher: bool, device: torch.device |
         teacher_tok = load_tokenizer(cfg.teacher, cfg.teacher_revision)
     check_shared_vocabulary(tokenizer, encoder.vocab_size, teacher.vocab_size if teacher else None, teacher_tok)
     return FrozenText(tokenizer, CanvasBuilder(tokenizer, cfg.canvas_len, cfg.prompt_cap), encoder, teacher)
+
+
+def resolve_model_ids(cfg: TextConfig) -> TextConfig:
+    """The config with ``toy:`` model ids replaced by local folders (built on first use)."""
+    from ..data.toy import is_toy_id, resolve_toy_id
+
+    fields = {k: resolve_toy_id(getattr(cfg, k)) for k in ("encoder", "teacher", "tokenizer")
+              if is_toy_id(getattr(cfg, k))}
+    return replace(cfg, **fields) if fields else cfg
 
 
 def _has_tokenizer(name_or_path: str) -> bool:

@@ -1,0 +1,51 @@
+"""The toy tasks as training data and the ``toy:`` model ids of the CPU default.
+
+A config may name the toy frozen models as ``toy:encoder`` / ``toy:teacher`` (the default toy
+build) or ``toy-quick:encoder`` / ``toy-quick:teacher`` (the CI-sized build). They resolve to the
+folders of :func:`~elfreg.data.toy_assets.build_toy_assets`, built on first use and cached, and
+are then loaded with ``from_pretrained`` like any hub model.
+"""
+
+from __future__ import annotations
+
+from ..config import DataConfig
+from .examples import Example
+from .toy_corpus import lm_prompt
+
+TOY_SCHEMES = ("toy:", "toy-quick:")
+
+
+def is_toy_id(name: str | None) -> bool:
+    return bool(name) and name.startswith(TOY_SCHEMES)
+
+
+def resolve_toy_id(name: str) -> str:
+    """``toy[-quick]:encoder|teacher|tokenizer`` → the local folder of the cached toy build."""
+    from .toy_assets import build_toy_assets
+
+    scheme, _, part = name.partition(":")
+    folders = {"encoder": "encoder_dir", "teacher": "teacher_dir", "tokenizer": "tokenizer_dir"}
+    if part not in folders:
+        raise ValueError(f"unknown toy model id {name!r}; use {scheme}:encoder, {scheme}:teacher or {scheme}:tokenizer")
+    assets = build_toy_assets(quick=scheme == "toy-quick")
+    return str(getattr(assets, folders[part]))
+
+
+def as_example(record: dict) -> Example:
+    """A toy record as a (prompt, answer) pair, with the prompt ending in the separator the toy
+    LMs were pretrained with, so the frozen encoder sees text exactly as in its pretraining."""
+    return Example(prompt=lm_prompt(record), answer=record["answer"])
+
+
+def toy_examples(cfg: DataConfig) -> list[Example]:
+    """``cfg.toy_count`` training-split examples of the toy task ``cfg.source`` names."""
+    from . import toy_arith, toy_code
+
+    if cfg.source == "toy-arith":
+        arith = toy_arith.ArithConfig(max_number=cfg.toy_max_number)
+        records = toy_arith.sample(cfg.split, cfg.toy_level, cfg.toy_count, seed=cfg.toy_seed, cfg=arith)
+    elif cfg.source == "toy-code":
+        records = toy_code.sample(cfg.split, cfg.toy_count, seed=cfg.toy_seed)
+    else:
+        raise ValueError(f"not a toy data source: {cfg.source!r}")
+    return [as_example(r) for r in records]

@@ -1,0 +1,168 @@
+"""Build (or reuse) the toy assets: tokenizer, frozen encoder LM and frozen teacher LM.
+
+Layout of one build, under ``<cache>/toy_assets/<quick|full>-<hash>/``::
+
+    settings.json      every setting that went into the build (the hash is taken over it)
+    report.json        vocabulary size, pretraining time / loss / size of each LM
+    tokenizer/         tokenizer.json + tokenizer_config.json
+    encoder/           config.json + model.safetensors + tokenizer files (a hub-style folder)
+    teacher/           idem
+
+A build is made in a temporary sibling folder and renamed into place only when complete, so a
+killed build never leaves a folder that a later call would reuse; a later build of the same
+settings removes temporary folders left by dead processes. Nothing is written outside the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from elfreg.data.toy_corpus import ToyTaskConfig, lm_text, train_examples
+from elfreg.data.toy_lm import ToyLMConfig, lm_loss, pretrain_lm
+from elfreg.data.toy_tokenizer import DEFAULT_VOCAB_SIZE, load_tokenizer, save_tokenizer, train_tokenizer
+from elfreg.paths import cache_dir as default_cache_dir
+
+FORMAT_VERSION = 1
+"""Bump when the build procedure changes in a way that should invalidate old caches."""
+
+DEFAULT_ENCODER = ToyLMConfig(hidden_size=128, num_layers=3, num_heads=4, num_kv_heads=2,
+                              intermediate_size=384, steps=1600, batch_size=16, lr=3e-3,
+                              prompt_loss_weight=0.1)
+"""About 0.7M parameters; ~1.5-2 min on 2 unloaded CPU cores (fp32)."""
+DEFAULT_TEACHER = ToyLMConfig(hidden_size=192, num_layers=2, num_heads=6, num_kv_heads=2,
+                              intermediate_size=512, steps=2000, batch_size=16, lr=3e-3,
+                              prompt_loss_weight=0.1, seed=1)
+"""About 0.95M parameters, wider than the encoder; ~3 min on 2 unloaded CPU cores (fp32)."""
+QUICK_ENCODER = replace(DEFAULT_ENCODER, steps=200)
+QUICK_TEACHER = replace(DEFAULT_TEACHER, steps=150)
+CORPUS_SIZE = 20_000
+QUICK_CORPUS_SIZE = 3_000
+
+
+@dataclass(frozen=True)
+class ToyAssets:
+    """Folders of one toy-asset build (each LM folder also holds its tokenizer)."""
+
+    root: Path
+    tokenizer_dir: Path
+    encoder_dir: Path
+    teacher_dir: Path
+    reused: bool
+    """True when the call found a finished build and did no work."""
+
+    @property
+    def report(self) -> dict:
+        """The build report (times, losses, sizes)."""
+        return json.loads((self.root / "report.json").read_text())
+
+
+def asset_settings(task_config: ToyTaskConfig, quick: bool, encoder: ToyLMConfig, teacher: ToyLMConfig,
+                   vocab_size: int, corpus_size: int) -> dict:
+    """Everything that determines a build; its hash names the cache folder."""
+    return {"format_version": FORMAT_VERSION, "quick": quick, "task": task_config.to_dict(),
+            "encoder": encoder.to_dict(), "teacher": teacher.to_dict(), "vocab_size": vocab_size,
+            "corpus_size": corpus_size}
+
+
+def settings_hash(settings: dict) -> str:
+    """Short stable hash of a settings dict."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_stale_tmp(base: Path, digest: str) -> None:
+    for tmp in base.glob(f".tmp-{digest}-*"):
+        try:
+            pid = int(tmp.name.split("-")[2])
+        except (IndexError, ValueError):
+            continue
+        if not _pid_alive(pid):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _assets(root: Path, reused: bool) -> ToyAssets:
+    return ToyAssets(root=root, tokenizer_dir=root / "tokenizer", encoder_dir=root / "encoder",
+                     teacher_dir=root / "teacher", reused=reused)
+
+
+def _is_complete(root: Path) -> bool:
+    return all((root / p).exists() for p in ("settings.json", "report.json", "tokenizer/tokenizer.json",
+                                             "encoder/config.json", "teacher/config.json"))
+
+
+def build_toy_assets(cache_dir: str | os.PathLike | None = None, task_config: ToyTaskConfig | None = None,
+                     quick: bool = False, encoder: ToyLMConfig | None = None,
+                     teacher: ToyLMConfig | None = None, vocab_size: int = DEFAULT_VOCAB_SIZE,
+                     corpus_size: int | None = None, progress: bool = True,
+                     num_threads: int | None = None) -> ToyAssets:
+    """Build the toy tokenizer, encoder LM and teacher LM, or reuse an identical earlier build.
+
+    ``quick`` picks the CI-sized defaults (a few seconds per LM) for ``encoder`` / ``teacher`` /
+    ``corpus_size`` left as ``None``. The LMs are pretrained on the train split only (both arith
+    levels and code, mixed by ``task_config``); the tokenizer is trained on the same corpus.
+    The cache folder defaults to :func:`elfreg.paths.cache_dir`. ``num_threads`` (torch threads
+    during pretraining; not part of the cache key) defaults to torch's current setting.
+    """
+    task_config = task_config or ToyTaskConfig()
+    encoder = encoder or (QUICK_ENCODER if quick else DEFAULT_ENCODER)
+    teacher = teacher or (QUICK_TEACHER if quick else DEFAULT_TEACHER)
+    corpus_size = corpus_size or (QUICK_CORPUS_SIZE if quick else CORPUS_SIZE)
+    settings = asset_settings(task_config, quick, encoder, teacher, vocab_size, corpus_size)
+    digest = settings_hash(settings)
+    base = Path(default_cache_dir(cache_dir)) / "toy_assets"
+    final = base / f"{'quick' if quick else 'full'}-{digest}"
+    if _is_complete(final):
+        return _assets(final, reused=True)
+    base.mkdir(parents=True, exist_ok=True)
+    _remove_stale_tmp(base, digest)
+    tmp = base / f".tmp-{digest}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        _build_into(tmp, settings, task_config, encoder, teacher, vocab_size, corpus_size, progress, num_threads)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not _is_complete(final):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)  # another process finished the same build first
+            return _assets(final, reused=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return _assets(final, reused=False)
+
+
+def _build_into(root: Path, settings: dict, task_config: ToyTaskConfig, encoder: ToyLMConfig,
+                teacher: ToyLMConfig, vocab_size: int, corpus_size: int, progress: bool,
+                num_threads: int | None) -> None:
+    root.mkdir(parents=True)
+    (root / "settings.json").write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
+    examples = train_examples(task_config, corpus_size)
+    texts = [lm_text(e) for e in examples]
+    t0 = time.perf_counter()
+    save_tokenizer(train_tokenizer(texts, vocab_size), root / "tokenizer")
+    tokenizer = load_tokenizer(root / "tokenizer")
+    report: dict = {"vocab_size": len(tokenizer), "tokenizer_seconds": round(time.perf_counter() - t0, 2),
+                    "corpus_size": corpus_size}
+    for name, cfg in (("encoder", encoder), ("teacher", teacher)):
+        model, stats = pretrain_lm(cfg, tokenizer, examples, progress=progress, desc=f"toy {name}",
+                                    num_threads=num_threads)
+        model.save_pretrained(root / name)
+        save_tokenizer(tokenizer, root / name)
+        report[name] = {**stats.__dict__, "train_loss_eval": round(lm_loss(model, tokenizer, texts[:64]), 4)}
+    (root / "report.json").write_text(json.dumps(report, indent=2) + "\n")

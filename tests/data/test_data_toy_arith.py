@@ -1,0 +1,142 @@
+"""The arith toy task: answers correct by construction, fixed disjoint splits, short rationales."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from elfreg.data import toy_arith as A
+
+CFG = A.ArithConfig()
+
+# An independent reading of the prompt: a start quantity, then events that add or remove.
+_GAIN_CUES = ("more", "buys", "finds", "gets", "picks up", "wins", "is given", "puts", "adds", "places")
+_LOSS_CUES = ("of them",)
+
+
+def _solve_from_prompt(prompt: str) -> int:
+    """Answer a generated prompt from its words alone (no access to the generator's templates)."""
+    sentences = [s.strip() for s in re.split(r"(?<=[.?])\s", prompt) if s.strip()]
+    question = sentences[-1]
+    facts = [(s, [int(x) for x in re.findall(r"\d+", s)]) for s in sentences[:-1]]
+    if "more" in question and "than" in question:  # "How many more X does A have than B?"
+        return facts[0][1][0] - facts[1][1][0]
+    if "than" in facts[-1][0]:  # "B has n more/fewer X than A. ... together?"
+        a, n = facts[0][1][0], facts[1][1][0]
+        b = a + n if " more " in facts[1][0] else a - n
+        return a + b
+    if "together" in question:
+        return facts[0][1][0] + facts[1][1][0]
+    total = facts[0][1][0]
+    for text, nums in facts[1:]:
+        if any(c in text for c in _LOSS_CUES):
+            total -= nums[0]
+        elif any(c in text for c in _GAIN_CUES):
+            total += nums[0]
+        else:
+            raise AssertionError(f"unreadable event: {text!r}")
+    return total
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_answers_correct_by_construction(level: int) -> None:
+    examples = A.sample("train", level, 400, seed=3) + A.heldout("test", level, CFG)
+    for ex in examples:
+        assert A.verify_example(ex) == [], ex
+        assert str(_solve_from_prompt(ex["prompt"])) == ex["final"], ex
+        assert ex["answer"].endswith(f"\n#### {ex['final']}")
+        assert int(ex["final"]) >= 1 and ex["level"] == level
+        n_eq = ex["answer"].count(" = ")
+        assert n_eq == 1 if level == 1 else n_eq in (2, 3)
+
+
+def test_verify_example_catches_wrong_answers() -> None:
+    ex = A.make_level1(12, "+", 7, random.Random(0))
+    assert A.verify_example(ex) == []
+    wrong_sum = {**ex, "answer": ex["answer"].replace("= 19", "= 18").replace("#### 19", "#### 18"),
+                 "final": "18"}
+    assert A.verify_example(wrong_sum)
+    wrong_final = {**ex, "answer": ex["answer"].replace("#### 19", "#### 20"), "final": "20"}
+    assert A.verify_example(wrong_final)
+    assert A.verify_example({**ex, "key": "7-12"})
+
+
+def test_key_ignores_addition_order_and_wording() -> None:
+    rng = random.Random(0)
+    a = A.make_level1(12, "+", 7, rng)
+    b = A.make_level1(7, "+", 12, rng)
+    assert a["key"] == b["key"] == "7+12"
+    assert A.make_level1(12, "-", 7, rng)["key"] == "12-7"
+
+
+def test_splits_disjoint_on_combinations_and_prompts() -> None:
+    train = A.sample("train", 1, 3000, seed=0) + A.sample("train", 2, 3000, seed=0)
+    train_keys = {e["key"] for e in train}
+    train_prompts = {e["prompt"] for e in train}
+    seen_eval: set[str] = set()
+    for split in ("valid", "test"):
+        for level in (1, 2):
+            held = A.heldout(split, level, CFG)
+            keys = {e["key"] for e in held}
+            assert all(A.split_of(k, CFG) == split for k in keys)
+            assert not keys & train_keys
+            assert not {e["prompt"] for e in held} & train_prompts
+            assert not keys & seen_eval
+            seen_eval |= keys
+    # The split of a combination is a property of the key, not of the seed or the wording.
+    assert {A.split_of(e["key"], CFG) for e in train} == {"train"}
+    # No held-out one-step combination appears in training, not even as a step of a chain.
+    train_steps = {k for e in train for k in A.step_keys(e["key"])}
+    assert any("," in e["key"] for e in train) and len(train_steps) > len(train_keys & train_steps)
+    held_l1 = {e["key"] for s in ("valid", "test") for e in A.heldout(s, 1, CFG)}
+    assert not train_steps & held_l1
+    assert {A.split_of(k, CFG) for k in train_steps} == {"train"}
+
+
+def test_split_sizes_as_documented() -> None:
+    sizes = A.split_sizes(CFG)
+    assert sizes == {"train": {"keys": 632, "problems": 931}, "valid": {"keys": 84, "problems": 127},
+                     "test": {"keys": 184, "problems": 277}}
+    assert len(A.level1_combinations(CFG)) == 30 * 30 + 30 * 29 // 2
+    assert len(A.heldout("test", 1, CFG)) == 277 >= 200
+    assert len(A.heldout("valid", 1, CFG)) == 127
+    held2 = A.heldout("test", 2, CFG)
+    assert len(held2) == CFG.level2_heldout_size == len({e["key"] for e in held2})
+
+
+def test_deterministic_for_a_seed() -> None:
+    assert A.sample("train", 2, 50, seed=5) == A.sample("train", 2, 50, seed=5)
+    assert A.sample("train", 2, 50, seed=5) != A.sample("train", 2, 50, seed=6)
+    assert A.heldout("test", 1, CFG) == A.heldout("test", 1, CFG)
+    # Another seed rewords the held-out set but keeps its combinations.
+    other = A.heldout("test", 1, CFG, seed=1)
+    assert [e["key"] for e in other] == [e["key"] for e in A.heldout("test", 1, CFG)]
+    assert [e["prompt"] for e in other] != [e["prompt"] for e in A.heldout("test", 1, CFG)]
+
+
+def test_wordings_vary() -> None:
+    exs = A.sample("train", 1, 300, seed=0)
+    questions = {re.sub(r"\d+", "N", e["prompt"]) for e in exs}
+    assert len(questions) > 100
+    assert len({e["prompt"].split()[0] for e in exs}) > 5
+
+
+def test_larger_number_range() -> None:
+    cfg = A.ArithConfig(max_number=99)
+    assert cfg.max_value == 198 and A.ArithConfig().max_value == 99
+    exs = A.sample("test", 2, 100, seed=0, cfg=cfg)
+    assert all(A.verify_example(e) == [] for e in exs)
+    assert max(int(n) for e in exs for n in re.findall(r"\d+", e["prompt"])) > 50
+    with pytest.raises(ValueError):
+        A.ArithConfig(max_number=120)
+    with pytest.raises(ValueError):
+        A.ArithConfig(max_number=60, max_value=99)
+
+
+def test_extract_final() -> None:
+    assert A.extract_final("a 3 + 4 = 7 b\n#### 7") == "7"
+    assert A.extract_final("no marker, 3 + 4 = 8") == "8"
+    assert A.extract_final("nothing") is None
+    assert A.extract_final("#### 007") == "7"

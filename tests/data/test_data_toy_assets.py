@@ -1,0 +1,134 @@
+"""Toy assets: quick build, cache reuse, atomic builds, hub-style loading, trained LMs, greedy scoring."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3ForCausalLM
+
+from elfreg.data import toy_assets, toy_lm
+from elfreg.data import toy_corpus as TC
+from elfreg.data.toy_arith import make_level1
+from elfreg.data.toy_code import make_problem
+
+TINY_ENCODER = toy_lm.ToyLMConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+                                  intermediate_size=128, steps=40, batch_size=16, lr=5e-3, warmup_steps=5)
+TINY_TEACHER = toy_lm.ToyLMConfig(hidden_size=96, num_layers=2, num_heads=4, num_kv_heads=2,
+                                  intermediate_size=192, steps=30, batch_size=16, lr=5e-3, warmup_steps=5)
+BUILD = dict(quick=True, encoder=TINY_ENCODER, teacher=TINY_TEACHER, corpus_size=600, progress=False)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    return cache, toy_assets.build_toy_assets(cache, **BUILD)
+
+
+def test_build_layout_and_reuse(built, monkeypatch) -> None:
+    cache, assets = built
+    assert not assets.reused
+    assert [p.name for p in cache.iterdir()] == ["toy_assets"]
+    assert [p.name for p in (cache / "toy_assets").iterdir()] == [assets.root.name]
+    assert assets.root.name.startswith("quick-")
+    for folder in (assets.encoder_dir, assets.teacher_dir):
+        assert {"config.json", "tokenizer.json", "tokenizer_config.json"} <= {p.name for p in folder.iterdir()}
+    settings = json.loads((assets.root / "settings.json").read_text())
+    assert settings["encoder"]["hidden_size"] == 64 and settings["teacher"]["hidden_size"] == 96
+    report = assets.report
+    assert report["encoder"]["steps"] == 40 and report["teacher"]["steps"] == 30
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a cached build must not retrain")
+
+    mtime = (assets.encoder_dir / "config.json").stat().st_mtime_ns
+    monkeypatch.setattr(toy_assets, "pretrain_lm", no_training)
+    again = toy_assets.build_toy_assets(cache, **BUILD)
+    assert again.reused and again.root == assets.root
+    assert (assets.encoder_dir / "config.json").stat().st_mtime_ns == mtime
+    # Different settings are a different cache entry (and would train).
+    with pytest.raises(AssertionError, match="must not retrain"):
+        toy_assets.build_toy_assets(cache, **{**BUILD, "corpus_size": 601})
+    assert [p.name for p in (cache / "toy_assets").iterdir()] == [assets.root.name]
+
+
+def test_saved_lms_load_like_hub_models_and_learned(built) -> None:
+    _, assets = built
+    tok = AutoTokenizer.from_pretrained(str(assets.encoder_dir))
+    texts = [TC.lm_text(e) for e in TC.train_examples(TC.ToyTaskConfig(), 64, seed=0)]
+    for folder, cfg in ((assets.encoder_dir, TINY_ENCODER), (assets.teacher_dir, TINY_TEACHER)):
+        model = AutoModelForCausalLM.from_pretrained(str(folder))
+        assert isinstance(model, Qwen3ForCausalLM)
+        assert model.config.hidden_size == cfg.hidden_size
+        assert model.config.eos_token_id == tok.eos_token_id == model.config.pad_token_id
+        assert model.config.vocab_size >= len(tok)
+        torch.manual_seed(0)
+        untrained = Qwen3ForCausalLM(model.config)
+        trained_loss = toy_lm.lm_loss(model, tok, texts)
+        untrained_loss = toy_lm.lm_loss(untrained, tok, texts)
+        assert untrained_loss > 6.0
+        assert trained_loss < untrained_loss - 2.5, (trained_loss, untrained_loss)
+
+
+def test_killed_build_leaves_nothing_reusable(tmp_path, monkeypatch) -> None:
+    small = {**BUILD, "encoder": replace(TINY_ENCODER, steps=2), "teacher": replace(TINY_TEACHER, steps=2),
+             "corpus_size": 100}
+    real = toy_assets.pretrain_lm
+    calls = []
+
+    def killed_during_teacher(cfg, *args, **kwargs):
+        calls.append(cfg)
+        if cfg == small["teacher"]:
+            raise KeyboardInterrupt
+        return real(cfg, *args, **kwargs)
+
+    monkeypatch.setattr(toy_assets, "pretrain_lm", killed_during_teacher)
+    with pytest.raises(KeyboardInterrupt):
+        toy_assets.build_toy_assets(tmp_path, **small)
+    assert calls == [small["encoder"], small["teacher"]]
+    assert list((tmp_path / "toy_assets").iterdir()) == []
+
+    # A temporary folder left by a process that died mid-build is removed, never reused.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    settings = toy_assets.asset_settings(TC.ToyTaskConfig(), True, small["encoder"], small["teacher"], 1024, 100)
+    stale = tmp_path / "toy_assets" / f".tmp-{toy_assets.settings_hash(settings)}-{dead.pid}-abcd"
+    (stale / "encoder").mkdir(parents=True)
+    monkeypatch.setattr(toy_assets, "pretrain_lm", real)
+    assets = toy_assets.build_toy_assets(tmp_path, **small)
+    assert not assets.reused
+    assert [p.name for p in (tmp_path / "toy_assets").iterdir()] == [assets.root.name]
+    assert assets.root.name == f"quick-{toy_assets.settings_hash(settings)}"
+
+
+def test_greedy_accuracy_uses_the_training_format(tmp_path, built) -> None:
+    """An LM that memorised one example answers it (accuracy 1) and not a different one (0)."""
+    _, assets = built
+    tok = AutoTokenizer.from_pretrained(str(assets.tokenizer_dir))
+    rng = random.Random(0)
+    ex = make_level1(14, "+", 9, rng)
+    other = {**make_level1(3, "-", 2, rng), "prompt": ex["prompt"]}  # same prompt, wrong reference
+    cfg = toy_lm.ToyLMConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128,
+                             steps=60, batch_size=8, lr=1e-2, warmup_steps=5)
+    model, stats = toy_lm.pretrain_lm(cfg, tok, [ex] * 16, progress=False)
+    assert stats.final_loss < 0.1
+    model.save_pretrained(tmp_path / "lm")
+    tok.save_pretrained(tmp_path / "lm")
+    assert toy_lm.greedy_accuracy(tmp_path / "lm", [ex]) == 1.0
+    assert toy_lm.greedy_accuracy(tmp_path / "lm", [other]) == 0.0
+    (out,) = toy_lm.greedy_generate(*toy_lm.load_lm(tmp_path / "lm"), [TC.lm_prompt(ex)])
+    assert out == ex["answer"]
+
+
+def test_score_answer() -> None:
+    ex = make_level1(14, "+", 9, random.Random(0))
+    assert toy_lm.score_answer(ex, "14 + 9 = 23\n#### 23")
+    assert not toy_lm.score_answer(ex, "14 + 9 = 23\n#### 24")
+    code = make_problem("times", (4,), random.Random(0))
+    assert toy_lm.score_answer(code, code["answer"])
+    assert not toy_lm.score_answer(code, code["answer"].replace("* 4", "* 5"))
