@@ -77,3 +77,23 @@ def test_missing_teacher_dim_and_reg_input_fail_clearly():
     inp.pop("reg")
     with pytest.raises(ValueError, match="REG"):
         student(**inp)
+
+
+def test_params_cli_prints_table7_split(capsys):
+    from elfreg.cli import main
+
+    assert main(["params", "--preset", "all"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in out] == list(PAPER_COUNTS)
+    reg_b = next(line for line in out if line.startswith("elf-reg-b"))
+    assert "103.58M" in reg_b and "decoder   156.37M" in reg_b and "paper: 104M + 156M" in reg_b
+
+
+def test_params_cli_counts_a_paper_config_offline(capsys):
+    from pathlib import Path
+
+    from elfreg.cli import main
+
+    config = Path(__file__).resolve().parents[1] / "configs" / "elf-reg-l-code.yaml"
+    assert main(["params", "--config", str(config)]) == 0
+    assert "655.95M" in capsys.readouterr().out
