@@ -43,9 +43,9 @@ class DemoPlan:
     out_dir: Path = Path("runs/demo")
     quick: bool = False
     compare: bool = False
-    steps: int = 3000
+    steps: int = 700
     batch_size: int = 64
-    width: int = 256
+    width: int = 192
     depth: int = 4
     lr: float = 1e-3
     nfes: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
@@ -65,8 +65,8 @@ def demo_config(plan: DemoPlan, variant: str) -> Config:
     reg = variant == "elf-reg"
     return Config.from_dict({
         "text": {"encoder": f"{scheme}:encoder", "encoder_layer": 2, "teacher": f"{scheme}:teacher",
-                 "repa_layer": 2, "reg_layer": 3, "canvas_len": 64, "prompt_cap": 40},
-        "model": {"width": plan.width, "depth": plan.depth, "heads": plan.width // 64,
+                 "repa_layer": 1, "reg_layer": 2, "canvas_len": 56, "prompt_cap": 32},
+        "model": {"width": plan.width, "depth": plan.depth, "heads": max(1, plan.width // 64),
                   "repa_block": max(1, plan.depth // 2), "projector_hidden": 2 * plan.width,
                   "time_freq_dim": 64},
         "loss": {"repa": reg, "extra_token": "reg" if reg else "none"},

@@ -72,7 +72,7 @@ _WORKDIR_NS = "/tmp/job"
 _LAUNCHER = (
     "import sys,os;"
     "sys.path.insert(0,os.getcwd());"
-    "sys.path.extend(p for p in sys.argv[1].split('\\x1f') if p);"
+    "sys.path.extend(p for p in sys.argv[1].split(os.pathsep) if p);"
     "sys.argv=sys.argv[2:];"
     "p=sys.argv[0];g={'__name__':'__main__','__file__':p,'__builtins__':__builtins__};"
     "del sys,os;"
@@ -413,7 +413,7 @@ def _run(
             chan_r, chan_w = os.pipe()
             fds += [chan_r, chan_w]
         workdir = str(host_dir) if mode == "none" else _WORKDIR_NS
-        argv = [_python(), "-s", "-S", "-B", "-c", _LAUNCHER, "\x1f".join(_site_dirs()), "program.py"]
+        argv = [_python(), "-s", "-S", "-B", "-c", _LAUNCHER, os.pathsep.join(_site_dirs()), "program.py"]
         if channel:
             argv.append(str(chan_w))
         argv += [str(a) for a in args]
