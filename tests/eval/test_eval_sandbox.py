@@ -241,11 +241,15 @@ def test_fork_bomb_is_contained_and_leaves_no_process() -> None:
         time.sleep(60)
         """
     )
-    res = run_in_sandbox(counting, timeout=6, args=[marker], limits=limits)
+    res = run_in_sandbox(counting, timeout=3, args=[marker], limits=limits)
     assert res.status == "timeout"
-    assert res.stdout.startswith("forked"), res
-    forked = int(res.stdout.split()[1])
-    assert 0 < forked < 32  # RLIMIT_NPROC stopped it
+    # The kernel never applies RLIMIT_NPROC to the host's root user: a root caller whose
+    # interpreter forces the user-namespace mode (uid 0 mapped to itself) is bounded only by the
+    # time limit and the PID namespace, which the rest of this test checks.
+    if not (res.isolation == "userns" and os.geteuid() == 0):
+        assert res.stdout.startswith("forked"), res
+        forked = int(res.stdout.split()[1])
+        assert 0 < forked < 32  # RLIMIT_NPROC stopped it
     exponential = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     res = run_in_sandbox(exponential, timeout=3, args=[marker], limits=limits)
     assert res.status == "timeout"
