@@ -52,3 +52,15 @@ def test_yaml_round_trip_and_overrides(tmp_path):
     assert Config.load(tmp_path / "r.yaml").to_dict() == cfg.to_dict()
     with pytest.raises(ConfigError, match="train.nope"):
         Config.load(tmp_path / "r.yaml", ["train.nope=1"])
+
+
+def test_exponent_floats_without_a_dot_are_floats(tmp_path):
+    # YAML 1.1 reads "2e-3" as a string; a float field must still take it, and reject non-numbers
+    path = tmp_path / "c.yaml"
+    path.write_text("train:\n  lr: 2e-3\n")
+    assert Config.load(path, ["flow.sigma=1E+0"]).train.lr == pytest.approx(2e-3)
+    assert Config.load(path, ["flow.sigma=1E+0"]).flow.sigma == 1.0
+    with pytest.raises(ConfigError, match="train.lr"):
+        Config.load(path, ["train.lr=2e-3x"])
+    with pytest.raises(ConfigError, match="train.steps"):
+        Config.load(path, ["train.steps=1e3"])

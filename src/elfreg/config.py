@@ -8,6 +8,7 @@ Validation errors are one line naming the offending key, e.g.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -117,6 +118,7 @@ class TrainConfig:
     log_every: int = 10
     device: str = "auto"  # auto: cuda when available, else cpu
     precision: Literal["auto", "bf16", "fp32"] = "auto"  # auto: bf16 where the hardware has it
+    feature_cache: bool = False  # keep frozen features of seen examples in memory (small data sets)
     progress: bool = True
 
 
@@ -187,7 +189,7 @@ class Config:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Config:
-        return _build(cls, data or {}, prefix="").validate()
+        return build_dataclass(cls, data or {}, prefix="").validate()
 
     @classmethod
     def load(cls, path: str | Path, overrides: list[str] | None = None) -> Config:
@@ -201,6 +203,9 @@ class Config:
         for item in overrides or []:
             apply_override(data, item)
         return cls.from_dict(data)
+
+
+_FLOAT_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
 def apply_override(data: dict[str, Any], item: str) -> None:
@@ -217,7 +222,9 @@ def apply_override(data: dict[str, Any], item: str) -> None:
     node[parts[-1]] = yaml.safe_load(raw)
 
 
-def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
+def build_dataclass(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+    """``cls(**data)`` for a (nested) dataclass, failing with one line on an unknown key or a
+    value of the wrong type."""
     if not isinstance(data, dict):
         raise ConfigError(f"config error: {prefix.rstrip('.') or 'top level'}: expected a mapping")
     hints = typing.get_type_hints(cls)
@@ -231,7 +238,7 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
             continue
         hint = hints[f.name]
         if dataclasses.is_dataclass(hint):
-            kwargs[f.name] = _build(hint, data[f.name], f"{prefix}{f.name}.")
+            kwargs[f.name] = build_dataclass(hint, data[f.name], f"{prefix}{f.name}.")
         else:
             kwargs[f.name] = _check_value(f"{prefix}{f.name}", data[f.name], hint)
     return cls(**kwargs)
@@ -244,6 +251,11 @@ def _check_value(key: str, value: Any, hint: Any) -> Any:
         if value not in allowed:
             raise ConfigError(f"config error: {key}: expected one of {list(allowed)}, got {value!r}")
         return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"config error: {key}: expected a list, got {value!r}")
+        (item,) = typing.get_args(hint)
+        return [_check_value(f"{key}[{i}]", v, item) for i, v in enumerate(value)]
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(hint)
         if value is None and type(None) in options:
@@ -259,6 +271,8 @@ def _check_value(key: str, value: Any, hint: Any) -> Any:
         raise ConfigError(f"config error: {key}: expected {names}, got {value!r}")
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if hint is float and isinstance(value, str) and _FLOAT_RE.fullmatch(value.strip()):
+        return float(value)  # YAML 1.1 reads "2e-3" (no dot) as a string
     if hint in (int, float) and isinstance(value, bool):
         raise ConfigError(f"config error: {key}: expected {hint.__name__}, got {value!r}")
     if not isinstance(value, hint):
