@@ -9,6 +9,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from ..config import TextConfig
+from ..device import use_bf16
 from .canvas import CanvasBuilder
 from .frozen import FrozenEncoder, FrozenTeacher, load_causal_lm
 from .tokenizer import check_shared_vocabulary, load_tokenizer
@@ -23,13 +24,18 @@ class FrozenText:
 
 
 def load_frozen_text(cfg: TextConfig, with_teacher: bool, device: torch.device | str = "cpu",
-                     bf16: bool = True) -> FrozenText:
+                     bf16: bool | None = None) -> FrozenText:
     """Tokenizer, canvas builder, encoder and (for REPA/REG training only) the teacher.
+
+    ``bf16`` (autocast of the frozen models) defaults to what ``precision: auto`` picks on
+    ``device``, so features match those a default training run saw.
 
     Inference passes ``with_teacher=False``: the teacher is never loaded there. Model ids of the
     form ``toy:encoder`` resolve to the cached toy build (:mod:`elfreg.data.toy`).
     """
     cfg = resolve_model_ids(cfg)
+    if bf16 is None:
+        bf16 = use_bf16(torch.device(device), "auto")
     tokenizer = load_tokenizer(cfg.tokenizer or cfg.encoder,
                                cfg.encoder_revision if cfg.tokenizer is None else None)
     encoder = FrozenEncoder(load_causal_lm(cfg.encoder, cfg.encoder_revision).to(device),
