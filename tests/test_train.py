@@ -165,3 +165,35 @@ def test_ablation_switches_train(tiny_cfg, loss):
     assert math.isfinite(result.last_losses["total"])
     assert (result.last_losses["repa"] > 0) == loss["repa"]
     assert (result.last_losses["reg"] > 0) == (loss["extra_token"] == "reg")
+
+
+def test_feature_cache_serves_the_features_make_batch_computes(tiny_cfg, monkeypatch):
+    from elfreg.train.feature_cache import FeatureCache
+
+    cfg = tiny_cfg()
+    frozen = load_frozen_text(cfg.text, with_teacher=True)
+    frozen.teacher.calibrate([frozen.canvas.build([e.prompt for e in EXAMPLES], [e.answer for e in EXAMPLES])])
+    cache, cpu = FeatureCache(), torch.device("cpu")
+    first = cache.batch(frozen, EXAMPLES, [2, 0, 2], True, cpu)
+    assert len(cache) == 2
+    calls = []
+    monkeypatch.setattr(frozen.encoder, "encode", lambda *a: calls.append(a))
+    second = cache.batch(frozen, EXAMPLES, [0, 2], True, cpu)  # all seen: no frozen forward
+    assert calls == []
+    monkeypatch.undo()
+    fresh = make_batch(frozen, EXAMPLES, [0, 2], True, cpu)
+    assert torch.equal(second.canvas.tokens, fresh.canvas.tokens)
+    torch.testing.assert_close(second.x, fresh.x, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(first.x[0], first.x[2])
+    for name in ("repa", "reg", "reg_repa"):
+        torch.testing.assert_close(getattr(second.teacher, name), getattr(fresh.teacher, name), rtol=1e-5, atol=1e-5)
+
+
+def test_training_with_the_feature_cache_matches_training_without(tiny_cfg, tmp_path):
+    runs = {}
+    for cached in (False, True):
+        cfg = tiny_cfg(train={"steps": 4, "batch_size": 3, "log_every": 1, "ckpt_every": 100,
+                              "feature_cache": cached, "out_dir": str(tmp_path / str(cached))})
+        train(cfg, EXAMPLES)
+        runs[cached] = [m["total"] for m in _metrics(tmp_path / str(cached))]
+    assert runs[True] == pytest.approx(runs[False], rel=1e-4)

@@ -49,9 +49,15 @@ class Canvas:
         pos = torch.arange(self.tokens.shape[1], device=self.tokens.device)
         return torch.where(~self.special_mask, pos, -1).amax(dim=1).clamp(min=0)
 
+    def _fields(self) -> tuple[torch.Tensor, ...]:
+        return self.tokens, self.prompt_mask, self.content_mask, self.special_mask, self.prompt_lens
+
     def to(self, device: torch.device | str) -> Canvas:
-        return Canvas(*(t.to(device) for t in (self.tokens, self.prompt_mask, self.content_mask,
-                                                self.special_mask, self.prompt_lens)))
+        return Canvas(*(t.to(device) for t in self._fields()))
+
+    def select(self, rows: torch.Tensor) -> Canvas:
+        """The canvas of the given batch rows."""
+        return Canvas(*(t[rows] for t in self._fields()))
 
 
 @dataclass

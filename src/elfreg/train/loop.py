@@ -24,6 +24,7 @@ from ..model.presets import student_from_config
 from ..text.load import FrozenText, load_frozen_text
 from .checkpoint import open_checkpoint, resolve_checkpoint, save_checkpoint
 from .ema import EMA
+from .feature_cache import FeatureCache
 from .optim import lr_at, make_optimizer
 
 REG_CALIBRATION_EXAMPLES = 256
@@ -130,6 +131,7 @@ def train(cfg: Config, examples: list[Example] | None = None, resume: bool = Tru
         return save_checkpoint(run_dir, at, cfg, student, ema.state_dict(), state,
                                {**meta, "canvas": frozen.canvas.stats.as_dict()})
 
+    cache = FeatureCache() if tc.feature_cache else None
     last_ckpt = resolve_checkpoint(run_dir)
     terms: dict[str, float] = {}
     bar = tqdm(total=tc.steps, initial=step, desc="train", disable=not tc.progress, dynamic_ncols=True)
@@ -144,8 +146,9 @@ def train(cfg: Config, examples: list[Example] | None = None, resume: bool = Tru
             sums: dict[str, float] = {}
             for micro in range(tc.grad_accum):
                 k = step * tc.grad_accum + micro
-                batch = make_batch(frozen, examples, example_indices(len(examples), tc.seed, k * tc.batch_size,
-                                                                     tc.batch_size), with_teacher, device)
+                indices = example_indices(len(examples), tc.seed, k * tc.batch_size, tc.batch_size)
+                batch = (cache.batch(frozen, examples, indices, with_teacher, device) if cache is not None
+                         else make_batch(frozen, examples, indices, with_teacher, device))
                 with autocast(device, bf16):
                     out = elf_reg_loss(student, batch, cfg.flow, cfg.loss, generator)
                 values = out.as_floats()
