@@ -113,11 +113,15 @@ def generate_with_options(model: Student | Network, frozen_text: FrozenText, pro
     return results
 
 
-def generate(model: Student | Network, frozen_text: FrozenText, prompts: list[str], nfe: int = 64,
-             sampler: str = "early-stop", samples: int = 1, seed: int = 0, *, sc_cfg: float = 3.0,
-             prompt_cfg: float = 1.0, rho: int = 8, renoise_eta: float = 1.2, renoise_power: float = 0.5,
-             adaptive_patience: int = 2, adaptive_interval: int = 4, answer_key: AnswerKey | None = None,
-             sigma: float = 2.0, c_min: float = 0.05, batch_size: int = 8, precision: str = "auto",
+_D = SamplingOptions()  # defaults, from the config dataclasses
+
+
+def generate(model: Student | Network, frozen_text: FrozenText, prompts: list[str], nfe: int = _D.nfe,
+             sampler: str = _D.sampler, samples: int = 1, seed: int = 0, *, sc_cfg: float = _D.sc_cfg,
+             prompt_cfg: float = _D.prompt_cfg, rho: int = _D.rho, renoise_eta: float = _D.renoise_eta,
+             renoise_power: float = _D.renoise_power, adaptive_patience: int = _D.adaptive_patience,
+             adaptive_interval: int = _D.adaptive_interval, answer_key: AnswerKey | None = None,
+             sigma: float = _D.sigma, c_min: float = _D.c_min, batch_size: int = 8, precision: str = "auto",
              record_trajectory: bool = False, record_every: int = 1,
              progress: bool = True) -> list[GenerationResult]:
     """Generate ``samples`` answers for each prompt (spec §4).

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import Config
+from ..config import Config, FlowConfig, SampleConfig
 
 SAMPLERS = ("early-stop", "full-span", "renoise", "adaptive")
 
@@ -25,17 +25,18 @@ class SamplingOptions:
     - ``sigma``, ``c_min``: σ of the noise and the clamp of c_t, from the checkpoint's flow config.
     """
 
-    sampler: str = "early-stop"
-    nfe: int = 64
-    rho: int = 8
-    sc_cfg: float = 3.0
-    prompt_cfg: float = 1.0
-    renoise_eta: float = 1.2
-    renoise_power: float = 0.5
-    adaptive_patience: int = 2
-    adaptive_interval: int = 4
-    sigma: float = 2.0
-    c_min: float = 0.05
+    # the defaults are those of the config, written once there
+    sampler: str = SampleConfig.sampler
+    nfe: int = SampleConfig.nfe
+    rho: int = SampleConfig.rho
+    sc_cfg: float = SampleConfig.sc_cfg
+    prompt_cfg: float = SampleConfig.prompt_cfg
+    renoise_eta: float = SampleConfig.renoise_eta
+    renoise_power: float = SampleConfig.renoise_power
+    adaptive_patience: int = SampleConfig.adaptive_patience
+    adaptive_interval: int = SampleConfig.adaptive_interval
+    sigma: float = FlowConfig.sigma
+    c_min: float = FlowConfig.c_min
 
     def __post_init__(self) -> None:
         checks = [
