@@ -2,9 +2,15 @@
 
 import json
 import math
+from pathlib import Path
+
+import pytest
 
 from elfreg.cli import main
+from elfreg.config import ConfigError
 from elfreg.demo import DemoPlan, demo_config, token_match
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
 def test_token_match_counts_gold_positions():
@@ -21,11 +27,33 @@ def test_demo_configs_differ_only_in_the_training_signals(tmp_path):
     assert reg.model == elf.model and reg.train.steps == elf.train.steps and reg.data == elf.data
 
 
+def test_plan_files_are_read_strictly(tmp_path):
+    path = tmp_path / "plan.yaml"
+    path.write_text("level: 2\nsteps: 40\nnfes: [4, 64]\ncanvas_len: 104\nprompt_cap: 48\n")
+    plan = DemoPlan.from_file(path, out_dir="x")
+    assert (plan.level, plan.steps, plan.nfes, plan.out_dir) == (2, 40, [4, 64], "x")
+    cfg = demo_config(plan, "elf-reg")
+    assert (cfg.data.toy_level, cfg.text.canvas_len, cfg.text.prompt_cap) == (2, 104, 48)
+    for bad, key in (("stepz: 3\n", "stepz"), ("nfes: [4, x]\n", "nfes"), ("level: one\n", "level")):
+        path.write_text(bad)
+        with pytest.raises(ConfigError, match=key):
+            DemoPlan.from_file(path)
+    path.write_text("level: 3\n")
+    with pytest.raises(ValueError, match="level"):
+        DemoPlan.from_file(path)
+
+
+@pytest.mark.parametrize("name", ["toy-study-level1.yaml", "toy-study-level2.yaml"])
+def test_study_plans_load(name):
+    plan = DemoPlan.from_file(CONFIGS / name)
+    assert plan.compare and plan.curve_points > 0 and 16 in plan.nfes and 64 in plan.nfes
+
+
 def test_demo_quick_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setenv("ELFREG_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "demo"
     assert main(["demo", "--quick", "--out", str(out), "--no-progress"]) == 0
-    for name in ("results.json", "table.txt", "pass1_vs_nfe.png"):
+    for name in ("results.json", "table.txt", "pass1_vs_nfe.png", "learning_curve.png"):
         assert (out / name).stat().st_size > 0
     report = json.loads((out / "results.json").read_text())
     model = report["models"]["elf-reg"]
@@ -36,6 +64,9 @@ def test_demo_quick_end_to_end(tmp_path, monkeypatch):
         assert all(math.isfinite(v) and 0 <= v <= 1 for v in r["per_seed"] + [r["mean"], r["token_match"]])
         assert r["nfe_used"] <= r["nfe"]
     assert math.isfinite(report["baselines"]["teacher_greedy"]["pass@1"])
+    curve = model["accuracy_curve"]
+    assert [p["step"] for p in curve] == [75, 150]
+    assert all(0 <= p["pass@1"] <= 1 for p in curve) and 0 < curve[0]["train_seconds"] < curve[1]["train_seconds"]
     # the trained student writes answers far closer to the gold ones than an untrained one
     assert max(r["token_match"] for r in rows) > model["untrained"]["token_match"] + 0.03
     # nothing was written outside the output and cache folders

@@ -24,10 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import yaml
 
-from .config import Config
+from .config import Config, build_dataclass
 from .data import toy_arith
 from .data.toy import as_example, toy_examples
+from .demo_report import LEVEL_NAMES, format_table, write_outputs
 from .eval.gsm8k import extract_gsm8k_answer, numbers_equal
 from .model.presets import student_from_config
 from .sampling import generate
@@ -38,25 +40,45 @@ from .train.loop import train
 
 @dataclass
 class DemoPlan:
-    """Budgets of one demo run (the defaults are the full CPU demo)."""
+    """Budgets of one demo run (the defaults are the full CPU demo; ``configs/toy-study-*.yaml``
+    hold the longer study's plans)."""
 
-    out_dir: Path = Path("runs/demo")
+    out_dir: str = "runs/demo"
     quick: bool = False
     compare: bool = False
-    steps: int = 700
-    batch_size: int = 64
-    width: int = 192
+    level: int = 1  # 1: one-step problems, 2: two or three chained steps
+    steps: int = 2400
+    batch_size: int = 32
+    width: int = 128
     depth: int = 4
-    lr: float = 1e-3
+    lr: float = 3e-3
+    canvas_len: int = 56
+    prompt_cap: int = 32
     nfes: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
     seeds: int = 3
-    eval_limit: int = 0  # 0: every held-out one-step problem
+    eval_limit: int = 0  # 0: every held-out problem
+    heldout_split: str = "test"  # "valid" for tuning, so the test split stays untouched
+    curve_points: int = 0  # held-out evaluations during training (early-stop, 16 NFE, one seed)
     progress: bool = True
 
+    def __post_init__(self) -> None:
+        if self.heldout_split not in ("valid", "test"):
+            raise ValueError(f"heldout_split must be 'valid' or 'test', got {self.heldout_split!r}")
+        if self.level not in LEVEL_NAMES:
+            raise ValueError(f"level must be 1 or 2, got {self.level}")
+        if self.seeds < 1 or self.steps < 1 or not self.nfes or min(self.nfes) < 2:
+            raise ValueError("a demo plan needs steps >= 1, seeds >= 1 and NFEs >= 2")
+
     @classmethod
-    def quick_plan(cls, out_dir: Path) -> DemoPlan:
-        return cls(out_dir=out_dir, quick=True, steps=150, batch_size=32, width=128, depth=2,
-                   lr=2e-3, nfes=[4, 16], seeds=2, eval_limit=48)
+    def quick_plan(cls, out_dir: str | Path) -> DemoPlan:
+        return cls(out_dir=str(out_dir), quick=True, steps=150, batch_size=32, width=128, depth=2,
+                   lr=2e-3, nfes=[4, 16], seeds=2, eval_limit=48, curve_points=2)
+
+    @classmethod
+    def from_file(cls, path: str | Path, **changes) -> DemoPlan:
+        """A plan from a YAML mapping of its fields (unknown keys and wrong types fail)."""
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        return build_dataclass(cls, {**data, **changes}, prefix=f"{path}: ")
 
 
 def demo_config(plan: DemoPlan, variant: str) -> Config:
@@ -65,23 +87,23 @@ def demo_config(plan: DemoPlan, variant: str) -> Config:
     reg = variant == "elf-reg"
     return Config.from_dict({
         "text": {"encoder": f"{scheme}:encoder", "encoder_layer": 2, "teacher": f"{scheme}:teacher",
-                 "repa_layer": 1, "reg_layer": 2, "canvas_len": 56, "prompt_cap": 32},
+                 "repa_layer": 1, "reg_layer": 2, "canvas_len": plan.canvas_len, "prompt_cap": plan.prompt_cap},
         "model": {"width": plan.width, "depth": plan.depth, "heads": max(1, plan.width // 64),
                   "repa_block": max(1, plan.depth // 2), "projector_hidden": 2 * plan.width,
                   "time_freq_dim": 64},
         "loss": {"repa": reg, "extra_token": "reg" if reg else "none"},
-        "data": {"source": "toy-arith", "toy_level": 1, "toy_count": 20000},
+        "data": {"source": "toy-arith", "toy_level": plan.level, "toy_count": 20000},
         "train": {"steps": plan.steps, "batch_size": plan.batch_size, "lr": plan.lr,
-                  "warmup_steps": min(100, plan.steps // 10), "out_dir": str(plan.out_dir / variant),
+                  "warmup_steps": min(100, plan.steps // 10), "out_dir": str(Path(plan.out_dir) / variant),
                   "ckpt_every": max(50, plan.steps // 10), "log_every": 10, "ema_decay": 0.99,
-                  "progress": plan.progress},
+                  "feature_cache": True, "progress": plan.progress},
         "sample": {"sc_cfg": 1.0},
     })
 
 
 def heldout_problems(plan: DemoPlan) -> list[dict]:
     arith = toy_arith.ArithConfig(max_number=demo_config(plan, "elf").data.toy_max_number)
-    problems = toy_arith.heldout("test", 1, arith)
+    problems = toy_arith.heldout(plan.heldout_split, plan.level, arith)
     return problems[: plan.eval_limit] if plan.eval_limit else problems
 
 
@@ -117,26 +139,52 @@ def most_frequent_answer_accuracy(problems: list[dict], train_finals: list[str])
     return answer, sum(p["final"] == answer for p in problems) / len(problems)
 
 
-def train_variant(plan: DemoPlan, variant: str) -> tuple[Config, Path, float]:
+def _read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def train_variant(plan: DemoPlan, variant: str, problems: list[dict]) -> tuple[Config, Path, list[dict]]:
+    """Train (or resume, or reuse) one demo model. With ``plan.curve_points`` the run stops at
+    evenly spaced steps to score its EMA weights on ``problems`` (early-stop, 16 NFE, seed 0);
+    each point is appended to ``accuracy_curve.jsonl`` in the run folder, with the training
+    seconds spent so far, so a resumed run keeps its curve."""
     cfg = demo_config(plan, variant)
-    existing = resolve_checkpoint(cfg.train.out_dir)
-    start = time.perf_counter()
-    if existing is None or open_checkpoint(existing).meta["step"] < cfg.train.steps:
-        train(cfg)
-    return cfg, Path(cfg.train.out_dir), time.perf_counter() - start
+    run_dir = Path(cfg.train.out_dir)
+    curve_path = run_dir / "accuracy_curve.jsonl"
+    stops = sorted({round(cfg.train.steps * k / plan.curve_points) for k in range(1, plan.curve_points + 1)}
+                   | {cfg.train.steps})
+    for stop in stops:
+        existing = resolve_checkpoint(run_dir)
+        done = open_checkpoint(existing).meta["step"] if existing is not None else 0
+        if done >= stop:
+            continue
+        curve = _read_jsonl(curve_path)
+        start = time.perf_counter()
+        train(cfg, stop_at=stop)
+        seconds = (curve[-1]["train_seconds"] if curve else 0.0) + time.perf_counter() - start
+        point = {"step": stop, "train_seconds": seconds}
+        if plan.curve_points:
+            frozen = load_frozen_text(cfg.text, with_teacher=False)
+            student = open_checkpoint(run_dir).load_student(use_ema=True)
+            point["pass@1"] = evaluate(student, frozen, problems, "early-stop", 16, 1, cfg.sample.sc_cfg,
+                                       progress=False)["mean"]
+        with open(curve_path, "a") as f:
+            f.write(json.dumps(point) + "\n")
+    return cfg, run_dir, _read_jsonl(curve_path)
 
 
 def run_demo(plan: DemoPlan) -> dict:
     from .data.toy_assets import build_toy_assets
     from .data.toy_lm import greedy_accuracy
 
-    plan.out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = Path(plan.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     assets = build_toy_assets(quick=plan.quick, progress=plan.progress)
     problems = heldout_problems(plan)
     variants = ["elf-reg", "elf"] if plan.compare else ["elf-reg"]
-    report: dict = {"plan": {k: (str(v) if isinstance(v, Path) else v) for k, v in plan.__dict__.items()},
-                    "toy_assets": str(assets.root), "n_test_problems": len(problems), "models": {}}
+    report: dict = {"plan": dict(plan.__dict__), "toy_assets": str(assets.root),
+                    "asset_report": assets.report, "n_test_problems": len(problems), "models": {}}
 
     cfg0 = demo_config(plan, "elf-reg")
     finals = [extract_gsm8k_answer(e.answer) for e in toy_examples(cfg0.data)]
@@ -146,104 +194,50 @@ def run_demo(plan: DemoPlan) -> dict:
                            "encoder_lm_greedy": {"pass@1": greedy_accuracy(assets.encoder_dir, problems)}}
 
     for variant in variants:
-        cfg, run_dir, seconds = train_variant(plan, variant)
+        cfg, run_dir, curve = train_variant(plan, variant, problems)
         ckpt = open_checkpoint(run_dir)
         frozen = load_frozen_text(cfg.text, with_teacher=False)
         student = ckpt.load_student(use_ema=True)
+        t_eval = time.perf_counter()
         rows = [evaluate(student, frozen, problems, s, n, plan.seeds, cfg.sample.sc_cfg, plan.progress)
                 for s in ("early-stop", "full-span") for n in plan.nfes]
+        eval_seconds = time.perf_counter() - t_eval
         torch.manual_seed(0)
         untrained = student_from_config(cfg, student.enc_dim, student.vocab_size, student.teacher_dim).eval()
         untrained_row = evaluate(untrained, frozen, problems, "early-stop", 16, plan.seeds, cfg.sample.sc_cfg,
                                  plan.progress)
-        report["models"][variant] = {"config": cfg.to_dict(), "checkpoint": str(ckpt.path),
-                                     "train_seconds": seconds, "results": rows, "untrained": untrained_row,
-                                     "learning_curve": _curve(run_dir)}
+        report["models"][variant] = {
+            "config": cfg.to_dict(), "checkpoint": str(ckpt.path),
+            "train_seconds": curve[-1]["train_seconds"] if curve else 0.0, "eval_seconds": eval_seconds,
+            "results": rows, "untrained": untrained_row,
+            "accuracy_curve": [p for p in curve if "pass@1" in p],
+            "learning_curve": _read_jsonl(run_dir / "metrics.jsonl")}
     report["total_seconds"] = time.perf_counter() - t0
-    write_outputs(plan.out_dir, report)
+    report["outputs"] = [str(p) for p in write_outputs(out_dir, report)]
     return report
-
-
-def _curve(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def format_table(report: dict) -> str:
-    b = report["baselines"]
-    lines = [f"held-out one-step problems (unseen number combinations): {report['n_test_problems']}",
-             f"most frequent answer ({b['most_frequent_answer']['answer']}): "
-             f"{100 * b['most_frequent_answer']['pass@1']:.1f}%",
-             f"teacher LM greedy: {100 * b['teacher_greedy']['pass@1']:.1f}%   "
-             f"encoder LM greedy: {100 * b['encoder_lm_greedy']['pass@1']:.1f}%", ""]
-    for variant, m in report["models"].items():
-        u = m["untrained"]
-        best = max(m["results"], key=lambda r: r["token_match"])
-        lines.append(f"{variant} (trained {m['train_seconds']:.0f} s; untrained at 16 NFE: {100 * u['mean']:.1f}%, "
-                     f"token match {100 * u['token_match']:.0f}% vs trained {100 * best['token_match']:.0f}%)")
-        lines.append(f"  {'sampler':<11} " + " ".join(f"{'NFE ' + str(r['nfe']):>14}"
-                                                      for r in m["results"] if r["sampler"] == "early-stop"))
-        for sampler in ("early-stop", "full-span"):
-            cells = [f"{100 * r['mean']:6.1f} ± {100 * r['std']:4.1f}" for r in m["results"] if r["sampler"] == sampler]
-            lines.append(f"  {sampler:<11} " + " ".join(f"{c:>14}" for c in cells))
-    return "\n".join(lines)
-
-
-def write_outputs(out_dir: Path, report: dict) -> None:
-    (out_dir / "results.json").write_text(json.dumps(report, indent=2))
-    (out_dir / "table.txt").write_text(format_table(report) + "\n")
-    plot_pass1_vs_nfe(report, out_dir / "pass1_vs_nfe.png")
-
-
-def plot_pass1_vs_nfe(report: dict, path: Path) -> None:
-    import os
-
-    from .paths import cache_dir
-
-    os.environ.setdefault("MPLCONFIGDIR", str(cache_dir() / "matplotlib"))  # keep its font cache ours
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    for variant, m in report["models"].items():
-        for sampler, style in (("early-stop", "-o"), ("full-span", "--s")):
-            rows = [r for r in m["results"] if r["sampler"] == sampler]
-            ax.errorbar([r["nfe"] for r in rows], [100 * r["mean"] for r in rows],
-                        yerr=[100 * r["std"] for r in rows], fmt=style, capsize=3, label=f"{variant} {sampler}")
-    ax.axhline(100 * report["baselines"]["teacher_greedy"]["pass@1"], color="gray", ls=":", label="teacher LM greedy")
-    ax.axhline(100 * report["baselines"]["most_frequent_answer"]["pass@1"], color="k", ls=":", lw=0.8,
-               label="most frequent answer")
-    ax.set_xscale("log", base=2)
-    nfes = sorted({r["nfe"] for m in report["models"].values() for r in m["results"]})
-    ax.set_xticks(nfes, [str(n) for n in nfes])
-    ax.set_ylim(bottom=0)
-    ax.set_xlabel("NFE")
-    ax.set_ylabel("pass@1 (%) on held-out one-step problems")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    plan = DemoPlan.quick_plan(out) if args.quick else DemoPlan(out_dir=out)
-    plan.compare = args.compare
+    if args.plan:
+        plan = DemoPlan.from_file(args.plan, out_dir=str(out))
+    else:
+        plan = DemoPlan.quick_plan(out) if args.quick else DemoPlan(out_dir=str(out))
+    plan.compare = plan.compare or args.compare
     plan.progress = not args.no_progress
     if args.steps:
         plan.steps = args.steps
     report = run_demo(plan)
     print(format_table(report))
-    print(f"\nwrote {out / 'results.json'}, {out / 'table.txt'} and {out / 'pass1_vs_nfe.png'} "
-          f"({report['total_seconds']:.0f} s)")
+    print(f"\nwrote {', '.join(report['outputs'])} ({report['total_seconds']:.0f} s)")
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="train and evaluate ELF-REG on toy arithmetic (CPU, no download)")
-    p.add_argument("--quick", action="store_true", help="CI-sized run (about 2 minutes)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="CI-sized run (about 2 minutes)")
+    mode.add_argument("--plan", help="YAML file of demo-plan fields (e.g. configs/toy-study-level2.yaml)")
     p.add_argument("--compare", action="store_true", help="also train the plain ELF baseline on the same budget")
     p.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
     p.add_argument("--steps", type=int, default=0, help="override the number of training steps")

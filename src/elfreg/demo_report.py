@@ -1,0 +1,102 @@
+"""Outputs of ``elfreg demo``: the printed table, ``results.json`` and the two figures."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+LEVEL_NAMES = {1: "one-step", 2: "multi-step"}
+
+
+def format_table(report: dict) -> str:
+    b = report["baselines"]
+    level = LEVEL_NAMES[report["plan"]["level"]]
+    lines = [f"held-out {level} problems of the {report['plan']['heldout_split']} split "
+             f"(unseen number combinations): {report['n_test_problems']}",
+             f"most frequent answer ({b['most_frequent_answer']['answer']}): "
+             f"{100 * b['most_frequent_answer']['pass@1']:.1f}%",
+             f"teacher LM greedy: {100 * b['teacher_greedy']['pass@1']:.1f}%   "
+             f"encoder LM greedy: {100 * b['encoder_lm_greedy']['pass@1']:.1f}%", ""]
+    for variant, m in report["models"].items():
+        u = m["untrained"]
+        best = max(m["results"], key=lambda r: r["token_match"])
+        lines.append(f"{variant} (trained {m['train_seconds']:.0f} s; untrained at 16 NFE: {100 * u['mean']:.1f}%, "
+                     f"token match {100 * u['token_match']:.0f}% vs trained {100 * best['token_match']:.0f}%)")
+        lines.append(f"  {'sampler':<11} " + " ".join(f"{'NFE ' + str(r['nfe']):>14}"
+                                                      for r in m["results"] if r["sampler"] == "early-stop"))
+        for sampler in ("early-stop", "full-span"):
+            cells = [f"{100 * r['mean']:6.1f} ± {100 * r['std']:4.1f}" for r in m["results"] if r["sampler"] == sampler]
+            lines.append(f"  {sampler:<11} " + " ".join(f"{c:>14}" for c in cells))
+        if m["accuracy_curve"]:
+            points = ", ".join(f"{p['step']}: {100 * p['pass@1']:.0f}%" for p in m["accuracy_curve"])
+            lines.append(f"  learning curve (step: pass@1, early-stop 16 NFE, seed 0): {points}")
+    return "\n".join(lines)
+
+
+def write_outputs(out_dir: Path, report: dict) -> list[Path]:
+    """Write ``results.json``, ``table.txt`` and the figures; return the paths written."""
+    paths = [out_dir / "results.json", out_dir / "table.txt", out_dir / "pass1_vs_nfe.png"]
+    paths[0].write_text(json.dumps(report, indent=2))
+    paths[1].write_text(format_table(report) + "\n")
+    plot_pass1_vs_nfe(report, paths[2])
+    if any(m["accuracy_curve"] for m in report["models"].values()):
+        paths.append(out_dir / "learning_curve.png")
+        plot_learning_curves(report, paths[-1])
+    return paths
+
+
+def _pyplot():
+    from .paths import cache_dir
+
+    os.environ.setdefault("MPLCONFIGDIR", str(cache_dir() / "matplotlib"))  # keep its font cache ours
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _baseline_lines(ax, report: dict) -> None:
+    b = report["baselines"]
+    ax.axhline(100 * b["teacher_greedy"]["pass@1"], color="gray", ls=":", label="teacher LM greedy")
+    ax.axhline(100 * b["most_frequent_answer"]["pass@1"], color="k", ls=":", lw=0.8, label="most frequent answer")
+
+
+def plot_pass1_vs_nfe(report: dict, path: Path) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for variant, m in report["models"].items():
+        for sampler, style in (("early-stop", "-o"), ("full-span", "--s")):
+            rows = [r for r in m["results"] if r["sampler"] == sampler]
+            ax.errorbar([r["nfe"] for r in rows], [100 * r["mean"] for r in rows],
+                        yerr=[100 * r["std"] for r in rows], fmt=style, capsize=3, label=f"{variant} {sampler}")
+    _baseline_lines(ax, report)
+    ax.set_xscale("log", base=2)
+    nfes = sorted({r["nfe"] for m in report["models"].values() for r in m["results"]})
+    ax.set_xticks(nfes, [str(n) for n in nfes])
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("NFE")
+    ax.set_ylabel(f"pass@1 (%), held-out {LEVEL_NAMES[report['plan']['level']]}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_learning_curves(report: dict, path: Path) -> None:
+    """Held-out pass@1 (early-stop, 16 NFE, sampling seed 0) against training step, per model."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for variant, m in report["models"].items():
+        curve = m["accuracy_curve"]
+        ax.plot([p["step"] for p in curve], [100 * p["pass@1"] for p in curve], "-o", ms=3, label=variant)
+    _baseline_lines(ax, report)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("training step")
+    ax.set_ylabel(f"pass@1 (%), held-out {LEVEL_NAMES[report['plan']['level']]}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
