@@ -67,11 +67,12 @@ def _baseline_lines(ax, report: dict) -> None:
 def plot_pass1_vs_nfe(report: dict, path: Path) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    for variant, m in report["models"].items():
+    for k, (variant, m) in enumerate(report["models"].items()):
         for sampler, style in (("early-stop", "-o"), ("full-span", "--s")):
             rows = [r for r in m["results"] if r["sampler"] == sampler]
             ax.errorbar([r["nfe"] for r in rows], [100 * r["mean"] for r in rows],
-                        yerr=[100 * r["std"] for r in rows], fmt=style, capsize=3, label=f"{variant} {sampler}")
+                        yerr=[100 * r["std"] for r in rows], fmt=style, color=f"C{k}", capsize=3,
+                        label=f"{variant} {sampler}")
     _baseline_lines(ax, report)
     ax.set_xscale("log", base=2)
     nfes = sorted({r["nfe"] for m in report["models"].values() for r in m["results"]})
