@@ -58,10 +58,18 @@ def _pyplot():
     return plt
 
 
-def _baseline_lines(ax, report: dict) -> None:
+def _finish(plt, fig, ax, report: dict, xlabel: str, path: Path) -> None:
+    """Baselines, labels and legend shared by both figures; save and close."""
     b = report["baselines"]
     ax.axhline(100 * b["teacher_greedy"]["pass@1"], color="gray", ls=":", label="teacher LM greedy")
     ax.axhline(100 * b["most_frequent_answer"]["pass@1"], color="k", ls=":", lw=0.8, label="most frequent answer")
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(f"pass@1 (%), held-out {LEVEL_NAMES[report['plan']['level']]}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def plot_pass1_vs_nfe(report: dict, path: Path) -> None:
@@ -73,17 +81,10 @@ def plot_pass1_vs_nfe(report: dict, path: Path) -> None:
             ax.errorbar([r["nfe"] for r in rows], [100 * r["mean"] for r in rows],
                         yerr=[100 * r["std"] for r in rows], fmt=style, color=f"C{k}", capsize=3,
                         label=f"{variant} {sampler}")
-    _baseline_lines(ax, report)
     ax.set_xscale("log", base=2)
     nfes = sorted({r["nfe"] for m in report["models"].values() for r in m["results"]})
     ax.set_xticks(nfes, [str(n) for n in nfes])
-    ax.set_ylim(bottom=0)
-    ax.set_xlabel("NFE")
-    ax.set_ylabel(f"pass@1 (%), held-out {LEVEL_NAMES[report['plan']['level']]}")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _finish(plt, fig, ax, report, "NFE", path)
 
 
 def plot_learning_curves(report: dict, path: Path) -> None:
@@ -93,11 +94,4 @@ def plot_learning_curves(report: dict, path: Path) -> None:
     for variant, m in report["models"].items():
         curve = m["accuracy_curve"]
         ax.plot([p["step"] for p in curve], [100 * p["pass@1"] for p in curve], "-o", ms=3, label=variant)
-    _baseline_lines(ax, report)
-    ax.set_ylim(bottom=0)
-    ax.set_xlabel("training step")
-    ax.set_ylabel(f"pass@1 (%), held-out {LEVEL_NAMES[report['plan']['level']]}")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _finish(plt, fig, ax, report, "training step", path)
