@@ -41,6 +41,15 @@ def test_plan_files_are_read_strictly(tmp_path):
     path.write_text("level: 3\n")
     with pytest.raises(ValueError, match="level"):
         DemoPlan.from_file(path)
+    path.write_text("curve_points: -1\n")
+    with pytest.raises(ValueError, match="curve_points"):
+        DemoPlan.from_file(path)
+
+
+def test_cli_step_override_is_checked(tmp_path):
+    with pytest.raises(ValueError, match="steps"):
+        main(["demo", "--quick", "--steps", "-5", "--out", str(tmp_path / "d"), "--no-progress"])
+    assert not (tmp_path / "d").exists()
 
 
 @pytest.mark.parametrize("name", ["toy-study-level1.yaml", "toy-study-level2.yaml"])

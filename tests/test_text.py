@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from elfreg.device import use_bf16
 from elfreg.text.canvas import CanvasBuilder
 from elfreg.text.frozen import FrozenEncoder, FrozenTeacher, load_causal_lm, standardize_tokens
 from elfreg.text.load import load_frozen_text
@@ -85,3 +86,11 @@ def test_vocabulary_mismatch_fails_clearly(tmp_path, tiny_assets):
         load_frozen_text(cfg, with_teacher=True)
     with pytest.raises(ValueError, match="out of range"):
         FrozenEncoder(load_causal_lm(str(tiny_assets["encoder"])), layer=9)
+
+
+def test_frozen_models_default_to_the_training_precision_of_the_device(tiny_cfg):
+    # sampling must see the features training saw: bf16 only where `precision: auto` would use it
+    frozen = load_frozen_text(tiny_cfg().text, with_teacher=True)
+    auto = use_bf16(torch.device("cpu"), "auto")
+    assert frozen.encoder.reader.bf16 is auto and frozen.teacher.reader.bf16 is auto
+    assert load_frozen_text(tiny_cfg().text, with_teacher=False, bf16=not auto).encoder.reader.bf16 is (not auto)

@@ -16,6 +16,7 @@ Training is resumable: running the same command again continues or reuses finish
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
@@ -68,6 +69,8 @@ class DemoPlan:
             raise ValueError(f"level must be 1 or 2, got {self.level}")
         if self.seeds < 1 or self.steps < 1 or not self.nfes or min(self.nfes) < 2:
             raise ValueError("a demo plan needs steps >= 1, seeds >= 1 and NFEs >= 2")
+        if self.curve_points < 0 or self.eval_limit < 0:
+            raise ValueError("curve_points and eval_limit must be >= 0")
 
     @classmethod
     def quick_plan(cls, out_dir: str | Path) -> DemoPlan:
@@ -223,10 +226,10 @@ def run(args: argparse.Namespace) -> int:
         plan = DemoPlan.from_file(args.plan, out_dir=str(out))
     else:
         plan = DemoPlan.quick_plan(out) if args.quick else DemoPlan(out_dir=str(out))
-    plan.compare = plan.compare or args.compare
-    plan.progress = not args.no_progress
+    changes = {"compare": plan.compare or args.compare, "progress": not args.no_progress}
     if args.steps:
-        plan.steps = args.steps
+        changes["steps"] = args.steps
+    plan = dataclasses.replace(plan, **changes)  # re-runs the plan's checks
     report = run_demo(plan)
     print(format_table(report))
     print(f"\nwrote {', '.join(report['outputs'])} ({report['total_seconds']:.0f} s)")
