@@ -9,6 +9,7 @@ import pytest
 from elfreg.cli import main
 from elfreg.config import ConfigError
 from elfreg.demo import DemoPlan, demo_config, token_match
+from elfreg.device import resolve_precision
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -73,6 +74,8 @@ def test_demo_quick_end_to_end(tmp_path, monkeypatch):
         assert all(math.isfinite(v) and 0 <= v <= 1 for v in r["per_seed"] + [r["mean"], r["token_match"]])
         assert r["nfe_used"] <= r["nfe"]
     assert math.isfinite(report["baselines"]["teacher_greedy"]["pass@1"])
+    assert report["precision"]["resolved"] == resolve_precision("cpu")
+    assert (out / "table.txt").read_text().startswith(f"precision: {report['precision']['resolved']} (")
     curve = model["accuracy_curve"]
     assert [p["step"] for p in curve] == [75, 150]
     assert all(0 <= p["pass@1"] <= 1 for p in curve) and 0 < curve[0]["train_seconds"] < curve[1]["train_seconds"]

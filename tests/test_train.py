@@ -30,9 +30,13 @@ def _fixed_losses(student, batch, flow: FlowConfig, loss_cfg):
     return den.denoise.item(), dec.decode.item()
 
 
-def test_overfits_a_handful_of_examples(tiny_cfg):
-    cfg = tiny_cfg(train={"steps": 300, "lr": 3e-3, "ckpt_every": 1000, "log_every": 50, "ema_decay": 0.0,
-                          "batch_size": 4})
+# Each precision path is pinned and checked. At 300 steps decode CE sat at 0.10× its start, on the
+# knife edge of the threshold, and the CPU's instruction set decided the verdict; at 500 steps it
+# falls to 0.013× (fp32) and 0.019× (bf16), denoise loss to 0.05× and 0.06×.
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_overfits_a_handful_of_examples(tiny_cfg, precision):
+    cfg = tiny_cfg(train={"steps": 500, "lr": 3e-3, "ckpt_every": 1000, "log_every": 50, "ema_decay": 0.0,
+                          "batch_size": 4, "precision": precision})
     frozen = load_frozen_text(cfg.text, with_teacher=True)
     frozen.teacher.calibrate([frozen.canvas.build([e.prompt for e in EXAMPLES], [e.answer for e in EXAMPLES])])
     batch = make_batch(frozen, EXAMPLES, [0, 1, 2, 3], True, torch.device("cpu"))
@@ -48,7 +52,7 @@ def test_overfits_a_handful_of_examples(tiny_cfg):
     den1, dec1 = _fixed_losses(trained, batch, cfg.flow, cfg.loss)
     assert dec1 < 0.1 * dec0, (dec0, dec1)
     assert den1 < 0.5 * den0, (den0, den1)
-    assert result.step == 300 and len(_metrics(result.run_dir)) == 6
+    assert result.step == 500 and len(_metrics(result.run_dir)) == 10
 
 
 def test_resume_gives_identical_losses(tiny_cfg, tmp_path):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import statistics
 import time
 from collections import Counter
@@ -31,6 +32,7 @@ from .config import Config, build_dataclass
 from .data import toy_arith
 from .data.toy import as_example, toy_examples
 from .demo_report import LEVEL_NAMES, format_table, write_outputs
+from .device import PRECISION_ENV, cpu_has_native_bf16, resolve_precision
 from .eval.gsm8k import extract_gsm8k_answer, numbers_equal
 from .model.presets import student_from_config
 from .sampling import generate
@@ -60,6 +62,7 @@ class DemoPlan:
     eval_limit: int = 0  # 0: every held-out problem
     heldout_split: str = "test"  # "valid" for tuning, so the test split stays untouched
     curve_points: int = 0  # held-out evaluations during training (early-stop, 16 NFE, one seed)
+    sc_cfg: float = 1.0  # SC-CFG scale w at sampling (tuned on the valid split: docs/demo.md)
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -71,6 +74,8 @@ class DemoPlan:
             raise ValueError("a demo plan needs steps >= 1, seeds >= 1 and NFEs >= 2")
         if self.curve_points < 0 or self.eval_limit < 0:
             raise ValueError("curve_points and eval_limit must be >= 0")
+        if self.sc_cfg <= 0:
+            raise ValueError(f"sc_cfg must be > 0, got {self.sc_cfg}")
 
     @classmethod
     def quick_plan(cls, out_dir: str | Path) -> DemoPlan:
@@ -100,7 +105,7 @@ def demo_config(plan: DemoPlan, variant: str) -> Config:
                   "warmup_steps": min(100, plan.steps // 10), "out_dir": str(Path(plan.out_dir) / variant),
                   "ckpt_every": max(50, plan.steps // 10), "log_every": 10, "ema_decay": 0.99,
                   "feature_cache": True, "progress": plan.progress},
-        "sample": {"sc_cfg": 1.0},
+        "sample": {"sc_cfg": plan.sc_cfg},
     })
 
 
@@ -176,6 +181,13 @@ def train_variant(plan: DemoPlan, variant: str, problems: list[dict]) -> tuple[C
     return cfg, run_dir, _read_jsonl(curve_path)
 
 
+def precision_report() -> dict:
+    """The precision the demo runs in (every part follows ``precision: auto``) and why."""
+    forced = os.environ.get(PRECISION_ENV, "")
+    return {"resolved": resolve_precision("cpu"), "forced_by": f"{PRECISION_ENV}={forced}" if forced else None,
+            "cpu_native_bf16": cpu_has_native_bf16()}
+
+
 def run_demo(plan: DemoPlan) -> dict:
     from .data.toy_assets import build_toy_assets
     from .data.toy_lm import greedy_accuracy
@@ -186,7 +198,8 @@ def run_demo(plan: DemoPlan) -> dict:
     assets = build_toy_assets(quick=plan.quick, progress=plan.progress)
     problems = heldout_problems(plan)
     variants = ["elf-reg", "elf"] if plan.compare else ["elf-reg"]
-    report: dict = {"plan": dict(plan.__dict__), "toy_assets": str(assets.root),
+    report: dict = {"plan": dict(plan.__dict__), "precision": precision_report(),
+                    "toy_assets": str(assets.root),
                     "asset_report": assets.report, "n_test_problems": len(problems), "models": {}}
 
     cfg0 = demo_config(plan, "elf-reg")

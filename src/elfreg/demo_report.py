@@ -12,7 +12,11 @@ LEVEL_NAMES = {1: "one-step", 2: "multi-step"}
 def format_table(report: dict) -> str:
     b = report["baselines"]
     level = LEVEL_NAMES[report["plan"]["level"]]
-    lines = [f"held-out {level} problems of the {report['plan']['heldout_split']} split "
+    prec = report["precision"]
+    why = f"forced by {prec['forced_by']}" if prec["forced_by"] else "precision: auto, fp32 on every CPU"
+    lines = [f"precision: {prec['resolved']} ({why}; this CPU has native bf16: "
+             f"{'yes' if prec['cpu_native_bf16'] else 'no'})",
+             f"held-out {level} problems of the {report['plan']['heldout_split']} split "
              f"(unseen number combinations): {report['n_test_problems']}",
              f"most frequent answer ({b['most_frequent_answer']['answer']}): "
              f"{100 * b['most_frequent_answer']['pass@1']:.1f}%",

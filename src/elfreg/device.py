@@ -1,38 +1,71 @@
-"""Device and precision choice shared by training and sampling.
+"""Device and precision choice: the one rule every part of elfreg follows.
 
-bf16 autocast speeds matrix work up only where the hardware has bf16 arithmetic: on CUDA, and on
-CPUs whose oneDNN reports bf16 support (AVX-512-BF16 or AMX). On other CPUs (AVX2 only) bf16 is
-emulated and several times slower than fp32, so ``precision: auto`` picks fp32 there.
+``precision`` is ``auto``, ``bf16`` or ``fp32``. ``auto`` resolves by the *kind* of device, never
+by the model of CPU, so a result does not change with the machine it runs on:
+
+- **CPU: fp32.** CPUs differ: some have native bf16 arithmetic (AVX-512-BF16, AMX), some only
+  AVX2, where bf16 is emulated and several times slower. Letting ``auto`` follow the CPU made the
+  same command train a different model on each kind (the toy demo lost 16 points of accuracy on a
+  bf16 CPU, its tiny frozen LMs most of all). On a bf16 CPU fp32 costs little at toy sizes: a toy
+  LM pretraining step was faster in fp32 (33 ms vs 38 ms), a demo student step 1.26× slower
+  (262 ms vs 207 ms; ``docs/training.md``). Ask for ``bf16`` explicitly to trade that.
+- **CUDA: bf16** autocast (the paper's setting); losses and reductions stay fp32.
+
+``ELFREG_PRECISION=bf16|fp32`` in the environment changes what ``auto`` resolves to on every
+device: the test suite runs once each way with it, and a user can try the other precision of a
+whole pipeline without editing configs. An explicit ``bf16`` / ``fp32`` in a config always wins.
 """
 
 from __future__ import annotations
 
+import os
 from contextlib import nullcontext
+from typing import Literal
 
 import torch
 
+PRECISIONS = ("auto", "bf16", "fp32")
+PRECISION_ENV = "ELFREG_PRECISION"
+
+Resolved = Literal["bf16", "fp32"]
+
 
 def resolve_device(name: str) -> torch.device:
-    """``auto``: CUDA when available, else CPU."""
+    """``auto``: CUDA when available, else CPU. A CUDA device without CUDA fails with one line."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} was asked for but this machine has no usable CUDA GPU")
+    return device
 
 
-def cpu_has_fast_bf16() -> bool:
+def resolve_precision(device: torch.device | str, precision: str = "auto") -> Resolved:
+    """The precision ``precision`` means on ``device`` (see the module docstring)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
+    if precision != "auto":
+        return precision  # type: ignore[return-value]
+    forced = os.environ.get(PRECISION_ENV, "").strip()
+    if forced:
+        if forced not in ("bf16", "fp32"):
+            raise ValueError(f"{PRECISION_ENV} must be bf16 or fp32, got {forced!r}")
+        return forced  # type: ignore[return-value]
+    return "bf16" if torch.device(device).type == "cuda" else "fp32"
+
+
+def use_bf16(device: torch.device | str, precision: str = "auto") -> bool:
+    """Whether to run under bf16 autocast for ``precision`` in {auto, bf16, fp32}."""
+    return resolve_precision(device, precision) == "bf16"
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether oneDNN reports native bf16 on this CPU (informational: reports and benchmarks
+    print it; no default depends on it)."""
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
-
-
-def use_bf16(device: torch.device, precision: str) -> bool:
-    """Whether to run under bf16 autocast for ``precision`` in {auto, bf16, fp32}."""
-    if precision == "bf16":
-        return True
-    if precision == "fp32":
-        return False
-    return device.type == "cuda" or (device.type == "cpu" and cpu_has_fast_bf16())
 
 
 def autocast(device: torch.device, enabled: bool):

@@ -76,8 +76,9 @@ def test_saved_lms_load_like_hub_models_and_learned(built) -> None:
 
 
 def test_killed_build_leaves_nothing_reusable(tmp_path, monkeypatch) -> None:
-    small = {**BUILD, "encoder": replace(TINY_ENCODER, steps=2), "teacher": replace(TINY_TEACHER, steps=2),
-             "corpus_size": 100}
+    small = {**BUILD, "corpus_size": 100,
+             **{k: toy_assets.resolved_precision(replace(v, steps=2))
+                for k, v in (("encoder", TINY_ENCODER), ("teacher", TINY_TEACHER))}}
     real = toy_assets.pretrain_lm
     calls = []
 
@@ -132,3 +133,19 @@ def test_score_answer() -> None:
     code = make_problem("times", (4,), random.Random(0))
     assert toy_lm.score_answer(code, code["answer"])
     assert not toy_lm.score_answer(code, code["answer"].replace("* 4", "* 5"))
+
+
+def test_cache_key_holds_the_resolved_precision(monkeypatch) -> None:
+    # a bf16 build and an fp32 build are different models: they must not share a cache folder
+    from elfreg.device import PRECISION_ENV
+
+    keys = {}
+    for forced in ("fp32", "bf16"):
+        monkeypatch.setenv(PRECISION_ENV, forced)
+        settings = toy_assets.asset_settings(TC.ToyTaskConfig(), True, TINY_ENCODER, TINY_TEACHER, 256, 600)
+        assert settings["encoder"]["precision"] == settings["teacher"]["precision"] == forced
+        keys[forced] = toy_assets.settings_hash(settings)
+    assert keys["fp32"] != keys["bf16"]
+    monkeypatch.delenv(PRECISION_ENV)
+    auto = toy_assets.asset_settings(TC.ToyTaskConfig(), True, TINY_ENCODER, TINY_TEACHER, 256, 600)
+    assert toy_assets.settings_hash(auto) == keys["fp32"]  # auto on a CPU is fp32, on every CPU

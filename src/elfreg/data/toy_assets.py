@@ -27,6 +27,7 @@ from pathlib import Path
 from elfreg.data.toy_corpus import ToyTaskConfig, lm_text, train_examples
 from elfreg.data.toy_lm import ToyLMConfig, lm_loss, pretrain_lm
 from elfreg.data.toy_tokenizer import DEFAULT_VOCAB_SIZE, load_tokenizer, save_tokenizer, train_tokenizer
+from elfreg.device import resolve_precision
 from elfreg.paths import cache_dir as default_cache_dir
 
 FORMAT_VERSION = 1
@@ -65,9 +66,10 @@ class ToyAssets:
 
 def asset_settings(task_config: ToyTaskConfig, quick: bool, encoder: ToyLMConfig, teacher: ToyLMConfig,
                    vocab_size: int, corpus_size: int) -> dict:
-    """Everything that determines a build; its hash names the cache folder."""
+    """Everything that determines a build (precision resolved); its hash names the cache folder."""
     return {"format_version": FORMAT_VERSION, "quick": quick, "task": task_config.to_dict(),
-            "encoder": encoder.to_dict(), "teacher": teacher.to_dict(), "vocab_size": vocab_size,
+            "encoder": resolved_precision(encoder).to_dict(), "teacher": resolved_precision(teacher).to_dict(),
+            "vocab_size": vocab_size,
             "corpus_size": corpus_size}
 
 
@@ -101,6 +103,12 @@ def _assets(root: Path, reused: bool) -> ToyAssets:
                      teacher_dir=root / "teacher", reused=reused)
 
 
+def resolved_precision(cfg: ToyLMConfig) -> ToyLMConfig:
+    """``cfg`` with ``auto`` precision replaced by what it resolves to here. The cache key holds
+    the resolved value: a bf16 build and an fp32 build are different models."""
+    return replace(cfg, precision=resolve_precision("cpu", cfg.precision))
+
+
 def _is_complete(root: Path) -> bool:
     return all((root / p).exists() for p in ("settings.json", "report.json", "tokenizer/tokenizer.json",
                                              "encoder/config.json", "teacher/config.json"))
@@ -120,8 +128,8 @@ def build_toy_assets(cache_dir: str | os.PathLike | None = None, task_config: To
     during pretraining; not part of the cache key) defaults to torch's current setting.
     """
     task_config = task_config or ToyTaskConfig()
-    encoder = encoder or (QUICK_ENCODER if quick else DEFAULT_ENCODER)
-    teacher = teacher or (QUICK_TEACHER if quick else DEFAULT_TEACHER)
+    encoder = resolved_precision(encoder or (QUICK_ENCODER if quick else DEFAULT_ENCODER))
+    teacher = resolved_precision(teacher or (QUICK_TEACHER if quick else DEFAULT_TEACHER))
     corpus_size = corpus_size or (QUICK_CORPUS_SIZE if quick else CORPUS_SIZE)
     settings = asset_settings(task_config, quick, encoder, teacher, vocab_size, corpus_size)
     digest = settings_hash(settings)

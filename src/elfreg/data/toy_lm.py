@@ -8,9 +8,9 @@ down-weighted (``prompt_loss_weight``): the prompts' names and numbers are rando
 tokens carry most of the loss but teach nothing about answering; on a CPU budget a weight of
 0.1 gave higher held-out accuracy for the same steps (see ``docs/toy_tasks.md``).
 
-Precision: matmuls run under ``torch.autocast("cpu", bfloat16)`` only where the CPU has native
-bf16 instructions (``avx512_bf16`` / ``amx_bf16``); elsewhere bf16 is emulated and far slower
-than fp32, so ``precision="auto"`` trains in fp32. The loss is always computed in fp32.
+Precision follows :func:`elfreg.device.resolve_precision` (``auto`` is fp32 on a CPU whatever
+its instruction set, so the toy LMs are the same models on every machine); the loss is always
+computed in fp32.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ import time
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
-from functools import lru_cache
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +32,7 @@ from elfreg.data.toy_arith import extract_final
 from elfreg.data.toy_code import score_program
 from elfreg.data.toy_corpus import lm_prompt
 from elfreg.data.toy_tokenizer import load_tokenizer
+from elfreg.device import use_bf16
 
 
 @dataclass(frozen=True)
@@ -54,7 +53,8 @@ class ToyLMConfig:
     prompt_loss_weight: float = 1.0
     """Loss weight of prompt tokens (answer and EOS tokens weigh 1)."""
     precision: str = "auto"
-    """``auto`` (bf16 autocast where the CPU has native bf16, else fp32), ``bf16`` or ``fp32``."""
+    """``auto``, ``bf16`` or ``fp32``, as :func:`elfreg.device.resolve_precision` reads them; the
+    toy-asset cache key holds the resolved value."""
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_heads:
@@ -86,20 +86,6 @@ class PretrainStats:
     bf16: bool
     loss_curve: tuple[float, ...] = ()
     """Mean training loss over each tenth of the run."""
-
-
-@lru_cache(maxsize=1)
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU advertises native bf16 matmul instructions (Linux ``/proc/cpuinfo``)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def _use_bf16(precision: str) -> bool:
-    return precision == "bf16" or (precision == "auto" and cpu_has_native_bf16())
 
 
 def qwen3_config(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase) -> Qwen3Config:
@@ -208,7 +194,7 @@ def _pretrain(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase, examples: Se
         frac = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
         return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
-    bf16 = _use_bf16(cfg.precision)
+    bf16 = use_bf16("cpu", cfg.precision)
     queue: list[list[int]] = []
     losses: list[float] = []
     tokens = 0

@@ -4,9 +4,12 @@ Per batch row: one t ~ sigmoid(N(−1.5, 0.8)); with probability 0.2 a decode ex
 q = 0, perturbed clean input, token cross-entropy); otherwise a denoise example whose
 self-conditioning bit b ~ Bernoulli(0.5) and guidance scale w shape the target of Eq. 7–8.
 
-The two auxiliary predictions of Eq. 8 run without gradient, only on the rows with b = 1, at
-w = 1 (the unguided field; the spec does not say which w they use, and at w = 1 the target's
-guidance term vanishes, so this is the self-consistent choice). The no-sc prediction is also the
+The two auxiliary predictions of Eq. 8 run without gradient, only on the rows with b = 1, each
+at its row's sampled w, as in ELF's training step. That choice is what makes the learned field a
+guided one: at the fixed point f(sc, w) = c + (1 − 1/w)·(f(sc, w) − u), i.e.
+f(sc, w) = u + w·(c − u) with u = f(0, w) the no-sc field and c the plain conditional target.
+Auxiliary calls at w = 1 would instead give u + (2 − 1/w)·(c − u): w = 3 would act as 1.67 and no
+w could reach 2 (tested in ``tests/test_flow.py``). The no-sc prediction is also the
 self-conditioning input of the main pass for those rows, so a step costs at most two auxiliary
 forwards plus the main one.
 
@@ -135,7 +138,7 @@ def elf_reg_loss(student: Student, batch: TrainBatch, flow: FlowConfig, loss: Lo
         r_dec = perturb_for_decoding(r, lam[:, 0], flow.decode_noise_scale, _randn_like(r, generator))
         r_in = torch.where(decode[:, None], r_dec, r_in)
 
-    # Auxiliary predictions of Eq. 8 (no gradient, rows with b = 1, unguided w = 1).
+    # Auxiliary predictions of Eq. 8 (no gradient, rows with b = 1, at each row's own w).
     sc = torch.zeros_like(x)
     reg_sc = torch.zeros_like(r) if use_reg else None
     v_sc = v_nosc = torch.zeros_like(x)
@@ -143,11 +146,10 @@ def elf_reg_loss(student: Student, batch: TrainBatch, flow: FlowConfig, loss: Lo
     rows = b.nonzero().squeeze(1)
     if rows.numel():
         with torch.no_grad():
-            zr, tr, pr = z[rows], t[rows], prompt[rows]
-            ones = torch.ones_like(tr)
+            zr, tr, wr, pr = z[rows], t[rows], w[rows], prompt[rows]
             rr = r_in[rows] if use_reg else None
-            nosc = student(zr, torch.zeros_like(zr), tr, ones, pr, reg=rr)
-            with_sc = student(zr, nosc.x_hat, tr, ones, pr, reg=rr, reg_self_cond=nosc.reg_hat)
+            nosc = student(zr, torch.zeros_like(zr), tr, wr, pr, reg=rr)
+            with_sc = student(zr, nosc.x_hat, tr, wr, pr, reg=rr, reg_self_cond=nosc.reg_hat)
             sc = sc.index_copy(0, rows, nosc.x_hat.float())
             v_nosc = v_nosc.index_copy(0, rows, velocity(nosc.x_hat.float(), zr, tr, flow.c_min))
             v_sc = v_sc.index_copy(0, rows, velocity(with_sc.x_hat.float(), zr, tr, flow.c_min))
