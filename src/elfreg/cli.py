@@ -13,7 +13,7 @@ _COMMAND_MODULES = [
     "elfreg.train.cli",
     "elfreg.sampling.cli",
     "elfreg.eval.cli",
-    "elfreg.demo",
+    "elfreg.toy.demo",
 ]
 
 
@@ -21,13 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="elfreg", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name in _COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as err:
-            if err.name == name:  # room not built yet
-                continue
-            raise
-        module.register(sub)
+        importlib.import_module(name).register(sub)
     return parser
 
 

@@ -1,4 +1,5 @@
-"""Training examples (prompt, answer) from a toy generator, a local JSONL file or an HF dataset."""
+"""Training examples (prompt, answer) from a local JSONL file, an HF dataset, or a data source a
+package registers (:mod:`elfreg.plugins`; elfreg's toy tasks are registered that way)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import DataConfig
+from ..plugins import DATA_SOURCES, lookup, registered_names
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,9 @@ def load_examples(cfg: DataConfig) -> list[Example]:
             raise ValueError("data.path: an HF dataset id is required for data.source 'hf'")
         examples = _hf_examples(cfg)
     else:
-        from .toy import toy_examples
-
-        examples = toy_examples(cfg)
+        loader = lookup(DATA_SOURCES, cfg.source)
+        if loader is None:
+            known = ", ".join(["jsonl", "hf", *registered_names(DATA_SOURCES)])
+            raise ValueError(f"data.source: no installed package provides {cfg.source!r} (known: {known})")
+        examples = loader(cfg)
     return examples[: cfg.limit] if cfg.limit else examples

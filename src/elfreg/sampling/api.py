@@ -15,11 +15,11 @@ from typing import Any
 
 import torch
 
+from ..checkpoint import open_checkpoint
 from ..config import Config
 from ..device import resolve_device, use_bf16
 from ..model.student import Student
 from ..text.load import FrozenText, load_frozen_text
-from ..train.checkpoint import open_checkpoint
 from .generation import AnswerKey, GenerationResult, generate_with_options
 from .options import SamplingOptions
 

@@ -10,6 +10,7 @@ from transformers import PreTrainedTokenizerBase
 
 from ..config import TextConfig
 from ..device import use_bf16
+from ..plugins import model_scheme, resolve_model_id
 from .canvas import CanvasBuilder
 from .frozen import FrozenEncoder, FrozenTeacher, load_causal_lm
 from .tokenizer import check_shared_vocabulary, load_tokenizer
@@ -31,7 +32,7 @@ def load_frozen_text(cfg: TextConfig, with_teacher: bool, device: torch.device |
     ``device``, so features match those a default training run saw.
 
     Inference passes ``with_teacher=False``: the teacher is never loaded there. Model ids of the
-    form ``toy:encoder`` resolve to the cached toy build (:mod:`elfreg.data.toy`).
+    form ``toy:encoder`` resolve to the cached toy build (:mod:`elfreg.toy.registry`).
     """
     cfg = resolve_model_ids(cfg)
     if bf16 is None:
@@ -54,11 +55,10 @@ def load_frozen_text(cfg: TextConfig, with_teacher: bool, device: torch.device |
 
 
 def resolve_model_ids(cfg: TextConfig) -> TextConfig:
-    """The config with ``toy:`` model ids replaced by local folders (built on first use)."""
-    from ..data.toy import is_toy_id, resolve_toy_id
-
-    fields = {k: resolve_toy_id(getattr(cfg, k)) for k in ("encoder", "teacher", "tokenizer")
-              if is_toy_id(getattr(cfg, k))}
+    """The config with model ids of a registered scheme (e.g. ``toy:encoder``,
+    :mod:`elfreg.plugins`) replaced by their local folders."""
+    fields = {k: resolve_model_id(getattr(cfg, k)) for k in ("encoder", "teacher", "tokenizer")
+              if model_scheme(getattr(cfg, k))}
     return replace(cfg, **fields) if fields else cfg
 
 

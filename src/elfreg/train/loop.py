@@ -16,13 +16,13 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ..checkpoint import open_checkpoint, resolve_checkpoint, save_checkpoint
 from ..config import Config
 from ..data.examples import Example, load_examples
 from ..device import autocast, resolve_device, use_bf16
 from ..flow.objective import TrainBatch, elf_reg_loss
 from ..model.presets import student_from_config
 from ..text.load import FrozenText, load_frozen_text
-from .checkpoint import open_checkpoint, resolve_checkpoint, save_checkpoint
 from .ema import EMA
 from .feature_cache import FeatureCache
 from .optim import lr_at, make_optimizer

@@ -8,10 +8,10 @@ import pytest
 
 from elfreg.cli import main
 from elfreg.config import ConfigError
-from elfreg.demo import DemoPlan, demo_config, token_match
 from elfreg.device import resolve_precision
+from elfreg.toy.demo import DemoPlan, demo_config, token_match
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def test_token_match_counts_gold_positions():

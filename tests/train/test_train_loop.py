@@ -4,13 +4,13 @@ import math
 import pytest
 import torch
 
+from elfreg.checkpoint import open_checkpoint, resolve_checkpoint
 from elfreg.config import FlowConfig
 from elfreg.data.examples import Example
 from elfreg.flow import objective
 from elfreg.model.presets import student_from_config
 from elfreg.text.load import load_frozen_text
 from elfreg.train import loop
-from elfreg.train.checkpoint import open_checkpoint, resolve_checkpoint
 from elfreg.train.loop import TrainingDiverged, make_batch, train
 
 EXAMPLES = [Example(f"add {a} {b}", f"{a}+{b}={a + b}") for a, b in [(1, 2), (3, 4), (5, 6), (7, 1)]]
@@ -106,7 +106,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_cfg, monkeypatch):
 
 def test_crash_during_save_leaves_previous_checkpoint_loadable(tiny_cfg, monkeypatch):
     cfg = tiny_cfg(train={"steps": 4, "ckpt_every": 2})
-    from elfreg.train import checkpoint as ck
+    from elfreg import checkpoint as ck
 
     real_save = ck.torch.save
     calls = {"n": 0}

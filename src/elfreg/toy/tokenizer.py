@@ -20,7 +20,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from elfreg.data.toy_corpus import EOS_TOKEN
+from elfreg.toy.corpus import EOS_TOKEN
 
 DEFAULT_VOCAB_SIZE = 1024
 MODEL_MAX_LENGTH = 512

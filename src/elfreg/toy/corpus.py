@@ -16,7 +16,8 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass, field
 
-from elfreg.data import toy_arith, toy_code
+from elfreg.toy import arith as toy_arith
+from elfreg.toy import code as toy_code
 
 SEP = "\n"
 """Separator between prompt and answer in LM text."""

@@ -51,7 +51,7 @@ def write_outputs(out_dir: Path, report: dict) -> list[Path]:
 
 
 def _pyplot():
-    from .paths import cache_dir
+    from elfreg.paths import cache_dir
 
     os.environ.setdefault("MPLCONFIGDIR", str(cache_dir() / "matplotlib"))  # keep its font cache ours
     import matplotlib

@@ -8,8 +8,8 @@ import re
 import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from elfreg.data import toy_corpus as TC
-from elfreg.data import toy_tokenizer as TT
+from elfreg.toy import corpus as TC
+from elfreg.toy import tokenizer as TT
 
 
 @pytest.fixture(scope="module")

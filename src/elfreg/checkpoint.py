@@ -29,9 +29,9 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..config import Config
-from ..model.presets import student_from_config
-from ..model.student import Student
+from .config import Config
+from .model.presets import student_from_config
+from .model.student import Student
 
 KEEP_LAST = 3
 

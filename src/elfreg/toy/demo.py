@@ -28,17 +28,17 @@ from pathlib import Path
 import torch
 import yaml
 
-from .config import Config, build_dataclass
-from .data import toy_arith
-from .data.toy import as_example, toy_examples
-from .demo_report import LEVEL_NAMES, format_table, write_outputs
-from .device import PRECISION_ENV, cpu_has_native_bf16, resolve_precision
-from .eval.gsm8k import extract_gsm8k_answer, numbers_equal
-from .model.presets import student_from_config
-from .sampling import generate
-from .text.load import load_frozen_text
-from .train.checkpoint import open_checkpoint, resolve_checkpoint
-from .train.loop import train
+from elfreg.checkpoint import open_checkpoint, resolve_checkpoint
+from elfreg.config import Config, build_dataclass
+from elfreg.device import PRECISION_ENV, cpu_has_native_bf16, resolve_precision
+from elfreg.eval.gsm8k import extract_gsm8k_answer, numbers_equal
+from elfreg.model.presets import student_from_config
+from elfreg.sampling import generate
+from elfreg.text.load import load_frozen_text
+from elfreg.toy import arith as toy_arith
+from elfreg.toy.registry import as_example, toy_examples
+from elfreg.toy.report import LEVEL_NAMES, format_table, write_outputs
+from elfreg.train.loop import train
 
 
 @dataclass
@@ -189,8 +189,8 @@ def precision_report() -> dict:
 
 
 def run_demo(plan: DemoPlan) -> dict:
-    from .data.toy_assets import build_toy_assets
-    from .data.toy_lm import greedy_accuracy
+    from elfreg.toy.assets import build_toy_assets
+    from elfreg.toy.lm import greedy_accuracy
 
     out_dir = Path(plan.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -24,11 +24,11 @@ import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from elfreg.data.toy_corpus import ToyTaskConfig, lm_text, train_examples
-from elfreg.data.toy_lm import ToyLMConfig, lm_loss, pretrain_lm
-from elfreg.data.toy_tokenizer import DEFAULT_VOCAB_SIZE, load_tokenizer, save_tokenizer, train_tokenizer
 from elfreg.device import resolve_precision
 from elfreg.paths import cache_dir as default_cache_dir
+from elfreg.toy.corpus import ToyTaskConfig, lm_text, train_examples
+from elfreg.toy.lm import ToyLMConfig, lm_loss, pretrain_lm
+from elfreg.toy.tokenizer import DEFAULT_VOCAB_SIZE, load_tokenizer, save_tokenizer, train_tokenizer
 
 FORMAT_VERSION = 1
 """Bump when the build procedure changes in a way that should invalidate old caches."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from elfreg.data import toy_code as C
+from elfreg.toy import code as C
 
 
 def test_reference_solutions_pass_hidden_tests() -> None:

@@ -12,10 +12,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3ForCausalLM
 
-from elfreg.data import toy_assets, toy_lm
-from elfreg.data import toy_corpus as TC
-from elfreg.data.toy_arith import make_level1
-from elfreg.data.toy_code import make_problem
+from elfreg.toy import assets as toy_assets
+from elfreg.toy import corpus as TC
+from elfreg.toy import lm as toy_lm
+from elfreg.toy.arith import make_level1
+from elfreg.toy.code import make_problem
 
 TINY_ENCODER = toy_lm.ToyLMConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
                                   intermediate_size=128, steps=40, batch_size=16, lr=5e-3, warmup_steps=5)

@@ -2,26 +2,20 @@
 
 A config may name the toy frozen models as ``toy:encoder`` / ``toy:teacher`` (the default toy
 build) or ``toy-quick:encoder`` / ``toy-quick:teacher`` (the CI-sized build). They resolve to the
-folders of :func:`~elfreg.data.toy_assets.build_toy_assets`, built on first use and cached, and
+folders of :func:`~elfreg.toy.assets.build_toy_assets`, built on first use and cached, and
 are then loaded with ``from_pretrained`` like any hub model.
 """
 
 from __future__ import annotations
 
-from ..config import DataConfig
-from .examples import Example
-from .toy_corpus import lm_prompt
-
-TOY_SCHEMES = ("toy:", "toy-quick:")
-
-
-def is_toy_id(name: str | None) -> bool:
-    return bool(name) and name.startswith(TOY_SCHEMES)
+from elfreg.config import DataConfig
+from elfreg.data.examples import Example
+from elfreg.toy.corpus import lm_prompt
 
 
 def resolve_toy_id(name: str) -> str:
     """``toy[-quick]:encoder|teacher|tokenizer`` → the local folder of the cached toy build."""
-    from .toy_assets import build_toy_assets
+    from elfreg.toy.assets import build_toy_assets
 
     scheme, _, part = name.partition(":")
     folders = {"encoder": "encoder_dir", "teacher": "teacher_dir", "tokenizer": "tokenizer_dir"}
@@ -39,7 +33,8 @@ def as_example(record: dict) -> Example:
 
 def toy_examples(cfg: DataConfig) -> list[Example]:
     """``cfg.toy_count`` training-split examples of the toy task ``cfg.source`` names."""
-    from . import toy_arith, toy_code
+    from elfreg.toy import arith as toy_arith
+    from elfreg.toy import code as toy_code
 
     if cfg.source == "toy-arith":
         arith = toy_arith.ArithConfig(max_number=cfg.toy_max_number)

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from elfreg.data import toy_arith as A
+from elfreg.toy import arith as A
 
 CFG = A.ArithConfig()
 

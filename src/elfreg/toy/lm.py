@@ -3,7 +3,7 @@
 These are the CPU stand-ins for the paper's frozen encoder (Qwen3-0.6B-Base) and teacher
 (Qwen3-1.7B-Base): same class, same ``save_pretrained`` / ``from_pretrained`` path, toy size.
 Each is trained from scratch with the causal-LM loss on ``prompt + "\\n" + answer + EOS`` (see
-:mod:`elfreg.data.toy_corpus`); padding is never supervised and prompt tokens can be
+:mod:`elfreg.toy.corpus`); padding is never supervised and prompt tokens can be
 down-weighted (``prompt_loss_weight``): the prompts' names and numbers are random, so their
 tokens carry most of the loss but teach nothing about answering; on a CPU budget a weight of
 0.1 gave higher held-out accuracy for the same steps (see ``docs/toy_tasks.md``).
@@ -28,11 +28,11 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 
-from elfreg.data.toy_arith import extract_final
-from elfreg.data.toy_code import score_program
-from elfreg.data.toy_corpus import lm_prompt
-from elfreg.data.toy_tokenizer import load_tokenizer
 from elfreg.device import use_bf16
+from elfreg.toy.arith import extract_final
+from elfreg.toy.code import score_program
+from elfreg.toy.corpus import lm_prompt
+from elfreg.toy.tokenizer import load_tokenizer
 
 
 @dataclass(frozen=True)

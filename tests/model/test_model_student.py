@@ -94,6 +94,6 @@ def test_params_cli_counts_a_paper_config_offline(capsys):
 
     from elfreg.cli import main
 
-    config = Path(__file__).resolve().parents[1] / "configs" / "elf-reg-l-code.yaml"
+    config = Path(__file__).resolve().parents[2] / "configs" / "elf-reg-l-code.yaml"
     assert main(["params", "--config", str(config)]) == 0
     assert "655.95M" in capsys.readouterr().out
