@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 
 from elfreg.device import use_bf16
-from elfreg.toy.arith import extract_final
+from elfreg.toy.arith import is_correct
 from elfreg.toy.code import score_program
 from elfreg.toy.corpus import lm_prompt
 from elfreg.toy.tokenizer import load_tokenizer
@@ -278,7 +278,7 @@ def greedy_generate(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, 
 def score_answer(example: dict, generated: str) -> bool:
     """Arith: extracted final number equals ``final``. Code: the program passes the hidden tests."""
     if "final" in example:
-        return extract_final(generated) == example["final"]
+        return is_correct(generated, example)
     return score_program(example, generated)
 
 
