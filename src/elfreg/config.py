@@ -81,6 +81,13 @@ class LossConfig:
     reg_weight: float = 0.1
 
 
+def needs_teacher(repa: bool, extra_token: str) -> bool:
+    """The one rule for when the frozen teacher is needed: REPA is on or the REG token is used
+    (spec §3). The student then has a teacher-width projector or REG head, and training loads
+    the teacher; otherwise the teacher is never loaded."""
+    return repa or extra_token == "reg"
+
+
 @dataclass
 class DataConfig:
     """Training examples: a toy generator, a local JSONL file, or an HF dataset id."""
@@ -223,8 +230,8 @@ class Config:
 
     @property
     def needs_teacher(self) -> bool:
-        """Whether training needs the frozen teacher: REPA or the REG token is on."""
-        return self.loss.repa or self.loss.extra_token == "reg"
+        """Whether training needs the frozen teacher (:func:`needs_teacher`)."""
+        return needs_teacher(self.loss.repa, self.loss.extra_token)
 
     def validate(self) -> Config:
         """Range checks that types alone cannot express; returns self."""

@@ -18,14 +18,19 @@ from pathlib import Path
 
 from ..config import ConfigError, SampleConfig, add_config_flags, config_flag_values
 from ..device import PRECISIONS
+from ..jsonl import iter_jsonl
 
 
 def _read_prompts(path: str) -> list[str]:
     """One prompt per line of a text file, or the ``prompt`` field of each line of a .jsonl file."""
-    lines = [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
     if path.endswith(".jsonl"):
-        return [str(json.loads(line)["prompt"]) for line in lines]
-    return lines
+        prompts = []
+        for lineno, record in iter_jsonl(path):
+            if not isinstance(record.get("prompt"), str):
+                raise ValueError(f"{path}:{lineno}: expected a string field 'prompt'")
+            prompts.append(record["prompt"])
+        return prompts
+    return [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -33,6 +33,7 @@ from elfreg.checkpoint import open_checkpoint, resolve_checkpoint
 from elfreg.config import Config, SampleConfig, apply_override
 from elfreg.device import PRECISION_ENV, cpu_has_native_bf16, resolve_precision
 from elfreg.eval.passk import summarize
+from elfreg.jsonl import append_jsonl, read_jsonl
 from elfreg.model.presets import student_from_config
 from elfreg.plugins import resolve_model_id
 from elfreg.sampling import generate
@@ -126,10 +127,6 @@ def evaluate(student, frozen: FrozenText, problems: list[dict], cfg: Config, sam
             "nfe_used": statistics.fmean(r.nfe for r in results)}
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
 def train_variant(cfg: Config, problems: list[dict]) -> list[dict]:
     """Train (or resume, or reuse) one demo model. With ``eval.curve_points`` the run stops at
     evenly spaced steps to score its EMA weights on ``problems`` (early-stop, 16 NFE, seed 0);
@@ -143,7 +140,7 @@ def train_variant(cfg: Config, problems: list[dict]) -> list[dict]:
         existing = resolve_checkpoint(run_dir)
         if existing is not None and open_checkpoint(existing).meta["step"] >= stop:
             continue
-        curve = _read_jsonl(curve_path)
+        curve = read_jsonl(curve_path, missing_ok=True)
         start = time.perf_counter()
         train(cfg, stop_at=stop)
         point = {"step": stop, "train_seconds": (curve[-1]["train_seconds"] if curve else 0.0)
@@ -153,9 +150,8 @@ def train_variant(cfg: Config, problems: list[dict]) -> list[dict]:
             student = open_checkpoint(run_dir).load_student(use_ema=True)
             sample = cfg.sample.replace(sampler=CURVE_SAMPLER.sampler, nfe=CURVE_SAMPLER.nfe)
             point["pass@1"] = evaluate(student, frozen, problems, cfg, sample, 1, progress=False)["mean"]
-        with open(curve_path, "a") as f:
-            f.write(json.dumps(point) + "\n")
-    return _read_jsonl(curve_path)
+        append_jsonl(curve_path, point)
+    return read_jsonl(curve_path, missing_ok=True)
 
 
 def precision_report() -> dict:
@@ -204,7 +200,7 @@ def run_demo(cfg: Config, out_dir: str | Path, compare: bool = False, progress: 
             "untrained": evaluate(untrained, frozen, problems, vcfg, cfg.sample.replace(
                 sampler=CURVE_SAMPLER.sampler, nfe=CURVE_SAMPLER.nfe), cfg.eval.samples, progress),
             "accuracy_curve": [p for p in curve if "pass@1" in p],
-            "learning_curve": _read_jsonl(Path(vcfg.train.out_dir) / "metrics.jsonl")}
+            "learning_curve": read_jsonl(Path(vcfg.train.out_dir) / "metrics.jsonl", missing_ok=True)}
     report["total_seconds"] = time.perf_counter() - t0
     report["outputs"] = [str(p) for p in write_outputs(out_dir, report)]
     return report

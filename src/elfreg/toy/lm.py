@@ -29,10 +29,10 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 
 from elfreg.device import use_bf16
+from elfreg.text.tokenizer import load_tokenizer
 from elfreg.toy.arith import is_correct
 from elfreg.toy.code import score_program
 from elfreg.toy.corpus import lm_prompt
-from elfreg.toy.tokenizer import load_tokenizer
 
 
 @dataclass(frozen=True)
@@ -250,7 +250,7 @@ def load_lm(lm_dir: str | os.PathLike) -> tuple[torch.nn.Module, PreTrainedToken
     model = AutoModelForCausalLM.from_pretrained(str(lm_dir))
     model.eval()
     model.requires_grad_(False)
-    return model, load_tokenizer(lm_dir)
+    return model, load_tokenizer(str(lm_dir))
 
 
 @torch.no_grad()
