@@ -275,14 +275,17 @@ def run_identity(mode: str, nproc: int) -> RunIdentity:
 # /proc scans
 
 
+def _pids() -> list[str]:
+    """The process ids in ``/proc`` now."""
+    return [entry.name for entry in os.scandir("/proc") if entry.name.isdigit()]
+
+
 def user_tasks(uid: int) -> int:
     """Threads currently owned by ``uid`` (RLIMIT_NPROC counts them all)."""
     total = 0
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
+    for pid in _pids():
         try:
-            with open(f"/proc/{entry.name}/status") as fh:
+            with open(f"/proc/{pid}/status") as fh:
                 text = fh.read()
         except OSError:
             continue
@@ -296,13 +299,11 @@ def kill_uid(uid: int) -> None:
     """SIGKILL every process owned by ``uid`` (a throwaway uid used by one run only)."""
     for _ in range(20):
         found = False
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
+        for pid in _pids():
             try:
-                if os.stat(f"/proc/{entry.name}").st_uid != uid:
+                if os.stat(f"/proc/{pid}").st_uid != uid:
                     continue
-                os.kill(int(entry.name), signal.SIGKILL)
+                os.kill(int(pid), signal.SIGKILL)
                 found = True
             except OSError:
                 continue
