@@ -1,15 +1,16 @@
-"""Generation from a checkpoint: one call into the sampling API, seeds, saved predictions."""
+"""Generation from a checkpoint: one call into the sampling room, seeds, saved predictions.
+
+The sampling room is replaced at the one seam, ``generation._sampling_call``;
+``test_eval_cli.py`` checks the call into the sampling API itself."""
 
 from __future__ import annotations
 
 import json
-import sys
-import types
 from pathlib import Path
 
 import pytest
 
-from elfreg.eval import EvalError, evaluate_checkpoint, get_task
+from elfreg.eval import EvalError, evaluate_checkpoint, generation, get_task
 
 
 @pytest.fixture
@@ -20,25 +21,20 @@ def tiny_task(tmp_path: Path):
     return get_task("gsm8k", source=str(path))
 
 
-def _fake_sampling(monkeypatch: pytest.MonkeyPatch, generate) -> None:
-    fake = types.ModuleType("elfreg.sampling.api")
-    fake.generate_from_checkpoint = generate
-    monkeypatch.setitem(sys.modules, "elfreg.sampling.api", fake)
-
-
 def test_outputs_are_generated_once_saved_with_seeds_and_scored(tiny_task, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
 
-    def generate(checkpoint, prompts, samples, nfe, sampler, seed=0, **kwargs):
-        calls.append((checkpoint, len(prompts), samples, nfe, sampler, seed, kwargs))
+    def generate(checkpoint, prompts, samples, nfe, sampler, seed, options):
+        calls.append((checkpoint, prompts, samples, nfe, sampler, seed, dict(options)))
         # prompt i answers i + 1 (right) in sample 0 only
         return [[f"#### {i + 1}"] + ["#### 0"] * (samples - 1) for i in range(len(prompts))]
 
-    _fake_sampling(monkeypatch, generate)
+    monkeypatch.setattr(generation, "_sampling_call", lambda: generate)
     report = evaluate_checkpoint(tiny_task, "ckpt", samples=2, nfe=8, sampler="full-span", seed=5,
                                  out_dir=tmp_path / "out", generate_kwargs={"sc_cfg": 1.5})
-    assert calls == [("ckpt", 3, 2, 8, "full-span", 5, {"sc_cfg": 1.5})]
+    prompts = [tiny_task.prompt(p) for p in tiny_task.problems()]
+    assert calls == [("ckpt", prompts, 2, 8, "full-span", 5, {"sc_cfg": 1.5})]
     assert report.summary["per_seed"] == [1.0, 0.0] and report.summary["pass@1"] == pytest.approx(0.5)
     assert report.summary["config"]["generate_kwargs"] == {"sc_cfg": 1.5} and report.summary["config"]["seed"] == 5
     saved = [json.loads(x) for x in (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()]
@@ -47,6 +43,6 @@ def test_outputs_are_generated_once_saved_with_seeds_and_scored(tiny_task, tmp_p
 
 
 def test_wrong_number_of_outputs_is_an_eval_error(tiny_task, monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_sampling(monkeypatch, lambda checkpoint, prompts, samples, nfe, sampler, seed=0: [["#### 1"]])
+    monkeypatch.setattr(generation, "_sampling_call", lambda: lambda *args: [["#### 1"]])
     with pytest.raises(EvalError, match="returned 1 lists for 3 prompts"):
         evaluate_checkpoint(tiny_task, "ckpt", samples=2)
