@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from elfreg.eval import get_task
-from elfreg.eval.code_exec import ExpectedOutputs
+from elfreg.eval.code_expected import ExpectedOutputs
 from elfreg.eval.sources import read_jsonl
 from elfreg.paths import data_dir
 

@@ -68,3 +68,20 @@ def test_summarize_uneven_sample_counts_uses_common_ks() -> None:
     assert set(s["pass@k"]) == {"pass@1", "pass@2", "pass@3"}
     assert s["pass@1"] == pytest.approx(0.5)
     assert summarize({})["pass@1"] is None
+
+
+def test_pass_at_1_std_is_the_sample_std_across_seeds() -> None:
+    # per-seed accuracy 2/3, 1/3, 0, 0: mean 1/4, squared deviations 25/144, 1/144, 9/144, 9/144
+    # sum 44/144, divided by n - 1 = 3: 11/108
+    s = summarize({"p0": [True, True, False, False], "p1": [True, False, False, False], "p2": [False] * 4})
+    assert s["pass@1_std"] == pytest.approx(math.sqrt(11 / 108), abs=1e-12)
+    assert s["pass@1_std"] == pytest.approx(0.3191423692521127, abs=1e-12)
+    assert s["pass@1_std"] != pytest.approx(statistics.pstdev(s["per_seed"]))  # not the population std
+    two = summarize({"a": [True, False]})  # seeds 1.0 and 0.0: |1 - 0| / sqrt(2)
+    assert two["pass@1_std"] == pytest.approx(1 / math.sqrt(2))
+
+
+def test_pass_at_1_std_with_a_single_seed_is_zero() -> None:
+    s = summarize({"a": [True], "b": [False], "c": [True]})
+    assert s["per_seed"] == pytest.approx([2 / 3]) and s["pass@1_std"] == 0.0
+    assert summarize({})["pass@1_std"] is None  # nothing scored

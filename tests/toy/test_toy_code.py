@@ -1,8 +1,13 @@
-"""The code toy task: reference solutions pass, wrong ones fail, splits disjoint on parameters."""
+"""The code toy task: reference solutions pass, wrong ones fail, splits disjoint on parameters.
+
+Programs are scored in the evaluation sandbox; the reasons it gives are tested with it
+(``tests/eval/test_eval_code_exec.py``)."""
 
 from __future__ import annotations
 
+import os
 import random
+import time
 
 from elfreg.toy import code as C
 
@@ -11,38 +16,39 @@ def test_reference_solutions_pass_hidden_tests() -> None:
     exs = C.heldout("test")
     rng = random.Random(0)
     picked = {}
-    for ex in exs:  # one problem per family keeps the subprocess count small
+    for ex in exs:  # one problem per family, all in one program, keeps the sandbox runs few
         picked.setdefault(ex["family"], ex)
     picked = list(picked.values()) + rng.sample(exs, 4)
     assert len({e["family"] for e in picked}) >= 12
     program = "\n\n".join(e["answer"] for e in picked)
     tests = [t for e in picked for t in e["tests"]]
-    result = C.run_tests(program, tests, timeout=10)
-    assert result.passed and bool(result), result.reason
+    assert C.score_program({"tests": tests}, program, timeout=10)
+    assert not C.score_program({"tests": tests}, program.replace("return", "return 1 +", 1), timeout=10)
     for ex in picked:
         assert len(ex["tests"]) >= 3
         assert f"def {ex['entry_point']}(" in ex["answer"]
         assert ex["entry_point"] in ex["prompt"]
 
 
-def test_wrong_programs_fail_with_reasons() -> None:
+def test_wrong_crashing_and_slow_programs_fail() -> None:
     ex = C.make_problem("add", (3,), random.Random(0))
     assert ex["entry_point"] == "add_three"
-    assert C.run_tests(ex["answer"], ex["tests"])
-    wrong = C.run_tests("def add_three(x):\n    return x + 4", ex["tests"])
-    assert not wrong and wrong.reason == "AssertionError"
-    renamed = C.run_tests("def add_3(x):\n    return x + 3", ex["tests"])
-    assert not renamed and "NameError" in renamed.reason
-    assert "SyntaxError" in C.run_tests("def add_three(x:\n", ex["tests"]).reason
-    slow = C.run_tests("import time\ntime.sleep(30)", ex["tests"], timeout=1)
-    assert not slow and slow.reason == "timeout"
+    assert C.score_program(ex, ex["answer"])
+    assert not C.score_program(ex, "def add_three(x):\n    return x + 4")
+    assert not C.score_program(ex, "def add_3(x):\n    return x + 3")  # the tests call add_three
+    assert not C.score_program(ex, "def add_three(x:\n")
+    assert not C.score_program(ex, ex["answer"] + "\nimport sys\nsys.exit(0)")  # ends before the tests
+    start = time.monotonic()
+    assert not C.score_program(ex, "import time\ntime.sleep(30)\n" + ex["answer"], timeout=1)
+    assert time.monotonic() - start < 15
     assert not C.score_program(ex, "def add_three(x):\n    return 3")
 
 
-def test_runner_scrubs_the_environment(monkeypatch) -> None:
+def test_programs_run_with_a_scrubbed_environment_elsewhere(monkeypatch) -> None:
     monkeypatch.setenv("ELFREG_SECRET_PROBE", "leak")
     probe = "import os\nassert 'ELFREG_SECRET_PROBE' not in os.environ\nassert os.getcwd() != {!r}"
-    assert C.run_tests(probe.format(str(__import__("os").getcwd())), [])
+    assert C.score_program({"tests": []}, probe.format(os.getcwd()))
+    assert not C.score_program({"tests": []}, "import os\nassert os.environ.get('ELFREG_SECRET_PROBE') == 'leak'")
 
 
 def test_hidden_tests_distinguish_neighbouring_parameters() -> None:
@@ -52,7 +58,7 @@ def test_hidden_tests_distinguish_neighbouring_parameters() -> None:
         ex = C.make_problem(family, params, random.Random(0))
         neighbour = C.make_problem(family, other, random.Random(0))
         program = neighbour["answer"].replace(neighbour["entry_point"], ex["entry_point"])
-        assert not C.run_tests(program, ex["tests"]), (family, params)
+        assert not C.score_program(ex, program), (family, params)
 
 
 def test_splits_disjoint_and_sizes() -> None:

@@ -68,8 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``elfreg eval``; returns the exit status."""
+    from .generation import EvalError, evaluate_checkpoint
     from .predictions import PredictionError
-    from .runner import EvalError, evaluate_checkpoint, score_predictions
+    from .scoring import score_predictions
     from .sources import DataUnavailable
     from .tasks import TASKS, canonical_task_name
 

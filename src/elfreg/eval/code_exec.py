@@ -7,13 +7,17 @@ program, with the task's test suites:
   ``assert`` lines with their setup code);
 * the ``io`` suite runs EvalPlus-style differential tests: the entry point on ``base_input +
   plus_input`` against the outputs of the canonical solution, which are recorded once by running
-  the canonical solution inside the sandbox and cached on disk (see :class:`ExpectedOutputs`).
-  Since base inputs come first and testing stops at the first failure, the base score (base
-  inputs only) is read off the same run.
+  the canonical solution inside the sandbox and cached on disk (see
+  :class:`~.code_expected.ExpectedOutputs`). Since base inputs come first and testing stops at
+  the first failure, the base score (base inputs only) is read off the same run.
 
 The program is the prompt's context (its imports and helper functions, e.g. HumanEval's
 ``poly``) followed by the sanitised model program. Identical programs of the same problem are
 run once.
+
+:func:`check_program` does the same for one output and a few assert lines (small custom tasks);
+:func:`run_assert_tests` runs a program as written, without extraction or sanitising, against
+assert lines (programs that are known to be code, e.g. those of the toy code task).
 """
 
 from __future__ import annotations
@@ -21,176 +25,20 @@ from __future__ import annotations
 import ast
 import base64
 import dataclasses
-import hashlib
-import json
-import logging
-import marshal
-import os
-import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-from elfreg.paths import cache_dir
-
+from .code_expected import ExpectedOutputs
+from .code_harness import CodeProblem, harness_job, sandbox_reason, suite_results
 from .code_sanitize import SanitizedProgram, extract_code, parse_quietly, sanitize
-from .sandbox import SandboxJob, SandboxLimits, SandboxResult, run_many
+from .sandbox import SandboxJob, SandboxResult, run_many
 from .verdict import Verdict
 
-__all__ = ["IOTests", "CodeProblem", "ExpectedOutputs", "check_code_samples", "check_program", "HARNESS_VERSION"]
+__all__ = ["check_code_samples", "check_program", "run_assert_tests"]
 
-log = logging.getLogger(__name__)
-
-HARNESS_VERSION = "5"
-_HARNESS_SOURCE = Path(__file__).with_name("_harness.py").read_text(encoding="utf-8")
 MIN_TIME_LIMIT = 1.0  #: seconds every differential-test input gets at least (EvalPlus default)
 TIME_LIMIT_FACTOR = 4.0  #: × the canonical solution's time on that input (EvalPlus default)
-RECORD_TIMEOUT = 600.0  #: seconds the canonical solution may take on all inputs of one problem
-RECORD_MEMORY_MB = 8192  #: address-space limit when recording the canonical outputs
-#: limits of a tested program (4 GiB address space, as EvalPlus allows)
-CODE_LIMITS = SandboxLimits(memory_mb=4096)
-
-
-@dataclasses.dataclass(frozen=True)
-class IOTests:
-    """Differential tests of one problem: JSON inputs, base inputs first."""
-
-    inputs_json: str  #: JSON list of argument lists (base then plus)
-    n_base: int  #: how many of them are base inputs
-    n_total: int
-    atol: float
-    convert: str = ""  #: input type-restoration rule (``mbpp:<n>``), applied in the sandbox
-
-    @property
-    def digest(self) -> str:
-        return hashlib.sha256(f"{self.convert}|{self.atol}|{self.inputs_json}".encode()).hexdigest()
-
-
-@dataclasses.dataclass(frozen=True)
-class CodeProblem:
-    """What the code checker needs to know about one problem."""
-
-    task_id: str
-    prompt: str  #: the benchmark's code prompt (``completion`` outputs are appended to it)
-    entry_point: str
-    context: str  #: code placed before every program (prompt imports and helpers)
-    canonical: str  #: the reference program (used for expected outputs and self-tests)
-    assert_test: str | None  #: test code of the assert suite (``None``: no assert suite)
-    test_names: frozenset[str] = frozenset()  #: names the tests reference (kept by sanitising)
-    io: IOTests | None = None  #: differential tests (``None``: none)
-
-
-def _key(problem: CodeProblem) -> str:
-    assert problem.io is not None
-    text = "|".join([HARNESS_VERSION, sys.version, problem.task_id, problem.canonical, problem.io.digest])
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-class ExpectedOutputs:
-    """Expected outputs of the differential tests, recorded from the canonical solutions.
-
-    The canonical program runs inside the sandbox on every input; its outputs come back pickled
-    (the evaluator stores them as opaque bytes and never unpickles them; only the sandboxed
-    harness does) together with per-input times, which set the per-input time limits. Results are
-    cached as JSON under ``cache_dir()/eval/expected`` keyed by the canonical program, the inputs,
-    the Python version and the harness version.
-    """
-
-    def __init__(self, cache_root: str | os.PathLike | None = None, use_cache: bool = True) -> None:
-        self.root = Path(cache_root) if cache_root is not None else cache_dir() / "eval" / "expected"
-        self.use_cache = use_cache
-        self._memory: dict[str, dict[str, Any]] = {}
-
-    def _path(self, key: str) -> Path:
-        return self.root / f"{key}.json"
-
-    def _load(self, key: str) -> dict[str, Any] | None:
-        if key in self._memory:
-            return self._memory[key]
-        if self.use_cache:
-            try:
-                data = json.loads(self._path(key).read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                return None
-            if isinstance(data, dict) and "expected" in data and "times" in data:
-                self._memory[key] = data
-                return data
-        return None
-
-    def _store(self, key: str, data: dict[str, Any]) -> None:
-        self._memory[key] = data
-        if not self.use_cache:
-            return
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            tmp = self._path(key).with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(data), encoding="utf-8")
-            os.replace(tmp, self._path(key))
-        except OSError as err:  # a read-only cache only costs time
-            log.warning("could not write expected-output cache %s: %s", self.root, err)
-
-    def get(
-        self,
-        problems: Sequence[CodeProblem],
-        workers: int | None = None,
-        progress: Callable[[int], None] | None = None,
-    ) -> dict[str, dict[str, Any]]:
-        """``task_id → {"expected": base64 pickle, "times": [...]}`` or ``{"error": reason}``."""
-        out: dict[str, dict[str, Any]] = {}
-        todo = []
-        for p in problems:
-            if p.io is None:
-                continue
-            cached = self._load(_key(p))
-            if cached is not None:
-                out[p.task_id] = cached
-            else:
-                todo.append(p)
-        if not todo:
-            return out
-        jobs = [_record_job(p) for p in todo]
-        results = run_many(jobs, workers, progress=progress)
-        for p, res in zip(todo, results, strict=True):
-            record = _suite_results(res).get("record")
-            if record and record.get("passed") and len(record.get("times", [])) == p.io.n_total:  # type: ignore[union-attr]
-                data = {"expected": record["expected"], "times": record["times"]}
-                self._store(_key(p), data)
-                out[p.task_id] = data
-            else:
-                why = (record or {}).get("reason") or _sandbox_reason(res)
-                out[p.task_id] = {"error": f"canonical solution failed on its own inputs: {why}"}
-                log.warning("%s: %s", p.task_id, out[p.task_id]["error"])
-        return out
-
-
-def _record_job(p: CodeProblem) -> SandboxJob:
-    assert p.io is not None
-    spec = {"program_file": "candidate.py",
-            "suites": [{"name": "record", "kind": "record", "entry_point": p.entry_point, "task_id": p.task_id,
-                        "inputs_file": "inputs.json", "convert": p.io.convert}]}
-    files = {"spec.bin": marshal.dumps(spec), "candidate.py": p.canonical, "inputs.json": p.io.inputs_json}
-    limits = dataclasses.replace(CODE_LIMITS, memory_mb=RECORD_MEMORY_MB, max_channel_bytes=1 << 30)
-    return SandboxJob(_HARNESS_SOURCE, RECORD_TIMEOUT, files, (), limits, channel=True)
-
-
-def _suite_results(res: SandboxResult) -> dict[str, dict[str, Any]]:
-    results: dict[str, dict[str, Any]] = {}
-    for line in res.channel.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and "suite" in record:
-            results[str(record["suite"])] = record
-    return results
-
-
-def _sandbox_reason(res: SandboxResult) -> str:
-    if res.status == "ok":
-        return "the program exited before its tests finished"
-    if res.status == "error":
-        return f"the program exited before its tests finished ({res.reason})"
-    return f"{res.status}: {res.reason}"
+_SETUP_WALL_S = 5.0  #: wall-clock allowance of a tested program beyond its suites' budgets
 
 
 @dataclasses.dataclass
@@ -210,8 +58,8 @@ def _program_for(problem: CodeProblem, san: SanitizedProgram) -> str:
 def _job(run: _Run, expected: dict[str, Any] | None) -> SandboxJob:
     p = run.problem
     suites: list[dict[str, Any]] = []
-    files: dict[str, str | bytes] = {"candidate.py": run.program}
-    wall = 5.0
+    files: dict[str, str | bytes] = {}
+    wall = _SETUP_WALL_S
     if p.assert_test is not None:
         suites.append({"name": "assert", "kind": "assert", "test": p.assert_test, "budget": run.budget_assert})
         wall += run.budget_assert
@@ -224,8 +72,7 @@ def _job(run: _Run, expected: dict[str, Any] | None) -> SandboxJob:
         files["inputs.json"] = p.io.inputs_json
         files["expected.pkl.gz"] = _decoded(expected)
         wall += budget + 2.0
-    files["spec.bin"] = marshal.dumps({"program_file": "candidate.py", "suites": suites})
-    return SandboxJob(_HARNESS_SOURCE, wall, files, (), CODE_LIMITS, channel=True)
+    return harness_job(run.program, suites, wall, files=files)
 
 
 def _decoded(expected: dict[str, Any]) -> bytes:
@@ -304,7 +151,7 @@ def _verdict(
         scores.update({f"{name}_noalias": False for name in score_names})
         return Verdict(False, None, san.reason, scores, details)
     res = results[(problem.task_id, program)]
-    suites = _suite_results(res)
+    suites = suite_results(res)
     details["sandbox"] = res.status
     reasons: dict[str, str] = {}
     verdict_of: dict[str, bool] = {}
@@ -313,7 +160,7 @@ def _verdict(
     if problem.assert_test is not None:
         verdict_of["assert"] = bool(assert_res and assert_res.get("passed"))
         if not verdict_of["assert"]:
-            reasons["assert"] = (assert_res or {}).get("reason") or _sandbox_reason(res)
+            reasons["assert"] = (assert_res or {}).get("reason") or sandbox_reason(res)
 
     if problem.io is not None:
         exp = outputs.get(problem.task_id, {})
@@ -323,7 +170,7 @@ def _verdict(
             reasons["plus"] = reasons["io_base"] = exp.get("error", "expected outputs unavailable")
         elif io_res is None:
             verdict_of["plus"] = verdict_of["io_base"] = False
-            reasons["plus"] = reasons["io_base"] = _sandbox_reason(res)
+            reasons["plus"] = reasons["io_base"] = sandbox_reason(res)
         else:
             verdict_of["plus"] = bool(io_res.get("passed"))
             failed_at = int(io_res.get("done", 0))
@@ -354,7 +201,6 @@ def _verdict(
     return Verdict(passed, san.program, reason, scores, details)
 
 
-
 def check_program(
     output: str,
     tests: str,
@@ -377,3 +223,23 @@ def check_program(
     primary = "base" if alias else "base_noalias"
     return check_code_samples([(problem, output, "solution")], ("base",), primary=primary, workers=1,
                               timeout=timeout)[0]
+
+
+def run_assert_tests(program: str, tests: str | Sequence[str], *, timeout: float = 10.0) -> Verdict:
+    """Run ``program`` exactly as written, then assert-style ``tests``, in one sandboxed process.
+
+    Unlike :func:`check_program`, nothing is extracted or sanitised: the verdict passes iff the
+    program loads and no test line raises within ``timeout`` seconds (loading included); a
+    program that ends the process early (``sys.exit``, ``os._exit``, a crash) fails. A failed
+    verdict's ``reason`` names the error and the test line (``AssertionError at test line 1:
+    assert f(2) == 3``), ``time limit exceeded``, or what the sandbox saw. ``details["sandbox"]``
+    is the sandbox status.
+    """
+    test_code = tests if isinstance(tests, str) else "\n".join(tests)
+    problem = CodeProblem(task_id="custom/0", prompt="", entry_point="", context="", canonical="",
+                          assert_test=test_code)
+    res = run_many([_job(_Run(problem, program, timeout, 0.0), None)], 1)[0]
+    result = suite_results(res).get("assert")
+    passed = bool(result and result.get("passed"))
+    reason = "" if passed else (result or {}).get("reason") or sandbox_reason(res)
+    return Verdict(passed, program, reason, details={"sandbox": res.status})

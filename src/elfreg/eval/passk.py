@@ -4,8 +4,10 @@
   correct: ``1 − C(n−c, k) / C(n, k)``, computed as the stable product
   ``1 − Π_{i=n−c+1}^{n} (1 − k/i)``.
 * :func:`summarize` turns per-problem lists of booleans (index ``j`` = sample ``j`` = generation
-  seed ``seed + j``) into pass@1 = the mean over problems and seeds, the standard deviation of
-  the per-seed accuracies across seeds, and pass@k for every power of two k ≤ the smallest n.
+  seed ``seed + j``) into pass@1 = the mean over problems and seeds, the *sample* standard
+  deviation (``statistics.stdev``, divisor n − 1) of the per-seed accuracies across seeds, and
+  pass@k for every power of two k ≤ the smallest n. The seeds are a sample of the generation
+  randomness, hence n − 1; with a single seed the spread is unknown and reported as 0.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ def summarize(
     Returns:
         ``n_problems``, ``n_samples``, ``pass@1`` (mean over problems of c/n, which equals the
         mean over problems and seeds when every problem has the same n), ``pass@1_std`` (sample
-        standard deviation across seeds of the per-seed accuracy; 0 with one seed),
+        standard deviation, divisor n − 1, across seeds of the per-seed accuracy; 0 with one
+        seed),
         ``per_seed`` accuracies and ``pass@k`` for each k (mean over problems).
     """
     lists = {tid: [bool(v) for v in vs] for tid, vs in verdicts.items() if len(vs) > 0}

@@ -11,22 +11,18 @@ split is a hash of the key alone, so a held-out parameter combination never occu
 under any wording. The hidden tests of a key are fixed (seeded by the key) and their expected
 values come from a plain Python implementation of the family, not from the reference source.
 
-Programs are scored by :func:`run_tests`, the one place that executes generated code: a fresh
-interpreter in its own session with a scrubbed environment, a private temporary working folder
-and a timeout. It is a stand-in for the project's evaluation sandbox and has the same contract.
+Programs are scored by :func:`score_program` through the evaluation sandbox
+(:func:`elfreg.eval.code_exec.run_assert_tests`): generated code runs nowhere else.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import random
-import signal
-import subprocess
-import sys
-import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from elfreg.eval.code_exec import run_assert_tests
 
 SPLITS = ("train", "valid", "test")
 SPLIT_FRACTIONS = (0.7, 0.1, 0.2)
@@ -244,50 +240,10 @@ def split_sizes() -> dict[str, int]:
     return sizes
 
 
-@dataclass(frozen=True)
-class RunResult:
-    """Outcome of :func:`run_tests`; truthy when every test passed."""
-
-    passed: bool
-    reason: str
-
-    def __bool__(self) -> bool:
-        return self.passed
-
-
-def _scrubbed_env(home: str) -> dict[str, str]:
-    return {"PATH": os.defpath, "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
-
-
-def run_tests(program: str, tests: Sequence[str] | str, timeout: float = 5.0) -> RunResult:
-    """Run ``program`` followed by ``tests`` in a fresh isolated interpreter.
-
-    The child runs ``python -I`` in its own session (the whole process group is killed on
-    timeout), in a private temporary folder, with a minimal environment and no stdin. Returns
-    ``RunResult(True, "passed")`` or ``RunResult(False, reason)`` with reason ``"timeout"`` or the
-    last line of the error output (e.g. ``"AssertionError"``, ``"SyntaxError: ..."``).
-    """
-    test_src = tests if isinstance(tests, str) else "\n".join(tests)
-    source = f"{program}\n\n{test_src}\n"
-    with tempfile.TemporaryDirectory(prefix="elfreg-run-") as tmp:
-        proc = subprocess.Popen([sys.executable, "-I", "-c", source], cwd=tmp, env=_scrubbed_env(tmp),
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
-        try:
-            _, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.communicate()
-            return RunResult(False, "timeout")
-    if proc.returncode == 0:
-        return RunResult(True, "passed")
-    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    return RunResult(False, lines[-1] if lines else f"exit status {proc.returncode}")
-
-
 def score_program(example: dict, program: str, timeout: float = 5.0) -> bool:
-    """Whether ``program`` passes the hidden tests of a code ``example``."""
-    return bool(run_tests(program, example["tests"], timeout))
+    """Whether ``program`` passes the hidden tests of a code ``example``.
+
+    The program runs as written (not sanitised) followed by the example's ``assert`` lines, in
+    the evaluation sandbox, within ``timeout`` seconds; a timeout or a crash is a failure.
+    """
+    return run_assert_tests(program, example["tests"], timeout=timeout).passed

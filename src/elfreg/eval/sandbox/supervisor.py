@@ -1,72 +1,43 @@
-"""Run untrusted Python programs in an isolated, resource-limited child process.
+"""Sandbox mechanism: launch one child, enforce its limits, end it, and report what happened.
 
-Every call of :func:`run_in_sandbox` starts a fresh interpreter in its own session and, where
-the kernel allows it, in new mount, network, PID and IPC namespaces:
+Contract of :func:`run_in_sandbox` (and :func:`run_many`, its thread-pool form):
 
-* **no network**: an empty network namespace (no interface is up, not even loopback);
-* **own PID space**: the program cannot see or signal host processes; when the program ends or
-  is killed, the namespace's init exits and the kernel kills everything it forked;
-* **read-only host file system**: every host mount is re-mounted read-only inside the sandbox;
-  a fresh tmpfs on ``/tmp`` holds the throwaway work directory (the program's cwd), ``/dev`` is
-  replaced by a minimal one (null, zero, full, random, urandom) and ``/proc`` by a fresh one;
-* **unprivileged**: as root the program runs under a random throwaway uid/gid (directories the
-  uid could not traverse, such as a ``0700`` home holding the interpreter, are covered by an
-  empty tmpfs with only the interpreter's prefix bound back read-only); in a user namespace every
-  capability is dropped before ``exec``;
-* **limits**: wall clock (the evaluator kills the process group), CPU time (``RLIMIT_CPU``),
-  address space (``RLIMIT_AS``), processes (``RLIMIT_NPROC``), file size (``RLIMIT_FSIZE``),
-  open files, no core dumps, and at most ``max_output_bytes`` of stdout+stderr;
-* **scrubbed environment**: only ``PATH``, ``HOME``/``TMPDIR`` (the work directory), a UTF-8
-  locale, ``PYTHONHASHSEED=0`` and single-threaded BLAS settings reach the program.
-
-Isolation is chosen once per process (:func:`sandbox_isolation`): ``namespaces`` when running
-as root, else ``userns`` (unprivileged user namespaces), else ``none``; the environment variable
-``ELFREG_SANDBOX_ISOLATION`` (``auto``/``namespaces``/``userns``/``none``) overrides the choice.
-``none`` keeps the resource limits, the own session, the scrubbed environment and a private
-work directory, and drops to a throwaway uid when running as root with an interpreter that uid
-can reach; it cannot stop network access or writes to files the uid may write, and says so
-once with a :class:`RuntimeWarning`.
+* the program runs in a fresh interpreter started by :mod:`elfreg.eval.sandbox.boot`, in its own
+  session, with stdin ``/dev/null``, the environment of :func:`~.isolation.scrubbed_env` and the
+  identity of :func:`~.isolation.run_identity`, in the process's isolation mode
+  (:func:`~.isolation.sandbox_isolation`);
+* its work directory holds ``program.py`` and the given files and is deleted afterwards;
+* the wall clock starts when the boot code reports the isolation ready (setup gets
+  ``_SETUP_GRACE_S``); at the limit, at more than ``max_output_bytes`` of stdout+stderr, or when
+  the run ends, the whole process group is killed with SIGKILL and, in mode ``none``, every
+  process of the run's throwaway uid;
+* the CPU, memory, process, file-size and open-file limits are set in the child by the boot
+  code from :class:`SandboxLimits`;
+* the outcome is a :class:`SandboxResult` whose ``status`` says how the run ended; nothing the
+  program does makes these functions raise.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 import os
-import random
 import selectors
 import shutil
 import signal
-import site
 import subprocess
-import sys
 import tempfile
-import threading
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-__all__ = [
-    "SandboxLimits",
-    "SandboxResult",
-    "SandboxJob",
-    "run_in_sandbox",
-    "run_many",
-    "sandbox_isolation",
-    "ISOLATION_ENV",
-]
+from . import isolation
 
-log = logging.getLogger(__name__)
+__all__ = ["SandboxLimits", "SandboxResult", "SandboxJob", "run_in_sandbox", "run_many", "run_mode"]
 
-ISOLATION_ENV = "ELFREG_SANDBOX_ISOLATION"
-_MODES = ("namespaces", "userns", "none")
-_BOOT = str(Path(__file__).with_name("_sandbox_boot.py"))
-_SETUP_EXIT = 125
+_BOOT = str(Path(__file__).with_name("boot.py"))
 _SETUP_GRACE_S = 15.0
-_WORKDIR_NS = "/tmp/job"
 # Runs inside the sandboxed interpreter: put the work directory and site-packages on sys.path
 # (the interpreter starts with -S so that slow .pth hooks are skipped), then run the program.
 _LAUNCHER = (
@@ -131,185 +102,6 @@ class SandboxJob:
     channel: bool = False
 
 
-# --------------------------------------------------------------------------------------------
-# isolation choice
-
-
-_isolation_lock = threading.Lock()
-_isolation: str | None = None
-_warned = False
-
-
-def _warn_once(message: str) -> None:
-    global _warned
-    if not _warned:
-        _warned = True
-        log.warning(message)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-
-def sandbox_isolation(refresh: bool = False) -> str:
-    """The isolation mode used by this process: ``namespaces``, ``userns`` or ``none``.
-
-    Probed once (a trivial program is run in each candidate mode) and cached; ``refresh``
-    probes again. ``$ELFREG_SANDBOX_ISOLATION`` forces a mode (or ``auto``). Falling back to
-    ``none`` emits one :class:`RuntimeWarning` naming what was tried and why it failed.
-    """
-    global _isolation
-    with _isolation_lock:
-        if _isolation is not None and not refresh:
-            return _isolation
-        wanted = os.environ.get(ISOLATION_ENV, "auto").strip().lower() or "auto"
-        if wanted not in (*_MODES, "auto"):
-            raise ValueError(f"{ISOLATION_ENV}={wanted!r}; expected auto, namespaces, userns or none")
-        if wanted == "none":
-            _isolation = "none"
-            _warn_once(
-                f"sandbox: namespaces disabled by {ISOLATION_ENV}=none; untrusted programs run with "
-                "resource limits, an own session and a scrubbed environment only (no network or "
-                "file-system isolation)"
-            )
-            return _isolation
-        candidates = [wanted] if wanted != "auto" else (
-            ["namespaces", "userns"] if os.geteuid() == 0 else ["userns"]
-        )
-        failures = []
-        for mode in candidates:
-            why = _probe(mode)
-            if why is None:
-                _isolation = mode
-                return mode
-            failures.append(f"{mode}: {why}")
-        if wanted != "auto":
-            raise RuntimeError(f"sandbox isolation {wanted!r} is not available here: {failures[0]}")
-        _isolation = "none"
-        _warn_once(
-            "sandbox: Linux namespaces are not permitted here ("
-            + "; ".join(failures)
-            + "); falling back to resource limits, an own session and a scrubbed environment "
-            "(no network or file-system isolation)"
-        )
-        return _isolation
-
-
-def _probe(mode: str) -> str | None:
-    if not sys.platform.startswith("linux"):
-        return "not Linux"
-    try:
-        res = _run(mode, "print('sandbox-ok')", 20.0, {}, (), SandboxLimits(), False)
-    except OSError as err:
-        return str(err)
-    if res.status == "ok" and res.stdout.strip() == "sandbox-ok":
-        return None
-    return res.reason or res.stderr.strip()[-300:] or res.status
-
-
-# --------------------------------------------------------------------------------------------
-# interpreter paths
-
-
-def _site_dirs() -> list[str]:
-    dirs = []
-    for d in [*site.getsitepackages(), site.getusersitepackages()]:
-        if d and os.path.isdir(d) and d not in dirs:
-            dirs.append(d)
-    return dirs
-
-
-def _python() -> str:
-    return os.path.realpath(sys.executable)
-
-
-def _hidden_and_exposed() -> tuple[list[str], list[str]]:
-    """Ancestors an unprivileged uid cannot traverse, and the interpreter paths under them."""
-    needed = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, os.path.dirname(_python()))}
-    needed |= {os.path.realpath(p) for p in _site_dirs()}
-    hidden: set[str] = set()
-    exposed: set[str] = set()
-    for path in needed:
-        parts = Path(path).parts
-        for i in range(2, len(parts) + 1):
-            ancestor = str(Path(*parts[:i]))
-            try:
-                mode = os.stat(ancestor).st_mode
-            except OSError:
-                break
-            if not mode & 0o001:
-                hidden.add(ancestor)
-                exposed.add(path)
-                break
-    # a needed path inside another exposed path comes along with it (bind mounts are recursive)
-    exposed = {p for p in exposed if not any(p != q and p.startswith(q + os.sep) for q in exposed)}
-    hidden = {h for h in hidden if not any(h != q and h.startswith(q + os.sep) for q in hidden)}
-    return sorted(hidden), sorted(exposed)
-
-
-_interp_cache: tuple[list[str], list[str]] | None = None
-
-
-def _interp_paths() -> tuple[list[str], list[str]]:
-    global _interp_cache
-    if _interp_cache is None:
-        _interp_cache = _hidden_and_exposed()
-    return _interp_cache
-
-
-def _env(workdir: str) -> dict[str, str]:
-    return {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": workdir,
-        "TMPDIR": workdir,
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "PYTHONHASHSEED": "0",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONIOENCODING": "utf-8",
-        "OMP_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-    }
-
-
-def _user_tasks(uid: int) -> int:
-    """Threads currently owned by ``uid`` (RLIMIT_NPROC counts them all)."""
-    total = 0
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/status") as fh:
-                text = fh.read()
-        except OSError:
-            continue
-        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-        if int(fields.get("Uid", "-1 0").split()[0]) == uid:
-            total += int(fields.get("Threads", "1").strip() or 1)
-    return total
-
-
-def _kill_uid(uid: int) -> None:
-    """SIGKILL every process owned by ``uid`` (a throwaway uid used by one run only)."""
-    for _ in range(20):
-        found = False
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                if os.stat(f"/proc/{entry.name}").st_uid != uid:
-                    continue
-                os.kill(int(entry.name), signal.SIGKILL)
-                found = True
-            except OSError:
-                continue
-        if not found:
-            return
-        time.sleep(0.01)
-
-
-# --------------------------------------------------------------------------------------------
-# running
-
-
 def run_in_sandbox(
     program: str,
     timeout: float = 10.0,
@@ -336,9 +128,9 @@ def run_in_sandbox(
         evaluator itself (e.g. no free process slots) is reported as ``sandbox_error``.
     """
     limits = limits or SandboxLimits()
-    mode = sandbox_isolation()
+    mode = isolation.sandbox_isolation()
     try:
-        return _run(mode, program, timeout, files or {}, args, limits, channel)
+        return run_mode(mode, program, timeout, files or {}, args, limits, channel)
     except OSError as err:
         return SandboxResult("sandbox_error", None, "", "", 0.0, f"could not start sandbox: {err}", mode)
 
@@ -356,7 +148,7 @@ def run_many(
     """
     workers = max(1, workers or os.cpu_count() or 1)
     results: list[SandboxResult | None] = [None] * len(jobs)
-    mode = sandbox_isolation()
+    mode = isolation.sandbox_isolation()
 
     def one(job: SandboxJob) -> SandboxResult:
         return run_in_sandbox(job.program, job.timeout, files=job.files, args=job.args,
@@ -386,7 +178,7 @@ def _write_config(path: Path, cfg: Mapping[str, object]) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def _run(
+def run_mode(
     mode: str,
     program: str,
     timeout: float,
@@ -395,9 +187,14 @@ def _run(
     limits: SandboxLimits,
     channel: bool,
 ) -> SandboxResult:
+    """One run in the given isolation ``mode`` (:func:`run_in_sandbox` without the mode choice).
+
+    Raises ``OSError`` when the child cannot be started and ``ValueError`` for a file name that
+    would leave the work directory.
+    """
     host_dir = Path(tempfile.mkdtemp(prefix="elfreg-sbx-"))
     fds: list[int] = []
-    uid = -1
+    identity: isolation.RunIdentity | None = None
     try:
         payload = 0
         for name, content in {**files, "program.py": program}.items():
@@ -412,13 +209,13 @@ def _run(
         if channel:
             chan_r, chan_w = os.pipe()
             fds += [chan_r, chan_w]
-        workdir = str(host_dir) if mode == "none" else _WORKDIR_NS
-        argv = [_python(), "-s", "-S", "-B", "-c", _LAUNCHER, os.pathsep.join(_site_dirs()), "program.py"]
+        workdir = str(host_dir) if mode == "none" else isolation.WORKDIR_NS
+        python = isolation.python()
+        argv = [python, "-s", "-S", "-B", "-c", _LAUNCHER, os.pathsep.join(isolation.site_dirs()), "program.py"]
         if channel:
             argv.append(str(chan_w))
         argv += [str(a) for a in args]
-        hide, expose = _interp_paths()
-        nproc = limits.nproc
+        identity = isolation.run_identity(mode, limits.nproc)
         cfg: dict[str, object] = {
             "mode": mode,
             "host_dir": str(host_dir),
@@ -430,54 +227,41 @@ def _run(
             "file_bytes": limits.file_mb << 20,
             "open_files": limits.open_files,
             "argv": argv,
+            **identity.boot_settings(),
         }
-        euid = os.geteuid()
-        if mode == "namespaces":
-            uid = random.SystemRandom().randrange(1_000_000, 2_000_000_000)
-            cfg.update(uid=uid, gid=uid, hide=hide, expose=expose)
-        elif mode == "none" and euid == 0:
-            if hide:  # the interpreter is not reachable by another uid: stay uid 0, no capabilities
-                cfg["drop_caps"] = "1"
-            else:
-                uid = random.SystemRandom().randrange(1_000_000, 2_000_000_000)
-                cfg.update(uid=uid, gid=uid)
-        if euid != 0 and mode in ("userns", "none"):
-            nproc += _user_tasks(euid)  # RLIMIT_NPROC counts every process of this user
-        cfg["nproc"] = nproc
         _write_config(host_dir / "sandbox.cfg", cfg)
         if mode == "none":
             os.chmod(host_dir, 0o700)
         pass_fds = [status_w] + ([chan_w] if channel else [])
         start = time.monotonic()
         proc = subprocess.Popen(
-            [_python(), "-I", "-S", "-B", _BOOT, str(host_dir / "sandbox.cfg")],
+            [python, "-I", "-S", "-B", _BOOT, str(host_dir / "sandbox.cfg")],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             pass_fds=pass_fds,
-            env=_env(workdir),
+            env=isolation.scrubbed_env(workdir),
             cwd=str(host_dir),
             start_new_session=True,
         )
         for fd in pass_fds:
             os.close(fd)
             fds.remove(fd)
-        return _supervise(proc, mode, uid, start, timeout, limits, status_r, chan_r if channel else -1)
+        return _supervise(proc, identity, start, timeout, limits, status_r, chan_r if channel else -1)
     finally:
         for fd in fds:
             try:
                 os.close(fd)
             except OSError:
                 pass
-        if mode == "none" and uid >= 0:
-            _kill_uid(uid)
+        if identity is not None:
+            identity.reap()
         shutil.rmtree(host_dir, ignore_errors=True)
 
 
 def _supervise(
     proc: subprocess.Popen,
-    mode: str,
-    uid: int,
+    identity: isolation.RunIdentity,
     start: float,
     timeout: float,
     limits: SandboxLimits,
@@ -541,15 +325,14 @@ def _supervise(
         proc.stdout.close()
         proc.stderr.close()
         returncode = proc.wait()
-        if mode == "none" and uid >= 0:
-            _kill_uid(uid)
+        identity.reap()
     end = time.monotonic()
     duration = end - (ready_at if ready_at is not None else start)
     stdout = bytes(buffers[out_fd]).decode("utf-8", "replace")
     stderr = bytes(buffers[err_fd]).decode("utf-8", "replace")
     status, reason = _classify(returncode, ready_at is not None, timed_out, setup_timeout, over_output,
                                stderr, timeout, limits)
-    return SandboxResult(status, returncode, stdout, stderr, duration, reason, mode,
+    return SandboxResult(status, returncode, stdout, stderr, duration, reason, identity.mode,
                          bytes(buffers[chan_r]) if chan_r >= 0 else b"")
 
 

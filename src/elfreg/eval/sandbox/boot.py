@@ -1,8 +1,13 @@
-"""Sandbox bootstrap: runs as a separate interpreter (``python -I -S``) for every sandboxed program.
+"""What runs inside the sandbox's child: build the isolation, drop privileges, ``exec`` the program.
 
-This file is executed as a script by :mod:`elfreg.eval.sandbox`; it imports only the standard
-library. It reads its settings from a small config file (one ``key<TAB>value`` per line), builds
-the isolation, drops privileges and ``exec``s the program. Modes:
+Contract: this file is executed as a script (``python -I -S -B boot.py CONFIG``) by
+:mod:`elfreg.eval.sandbox.supervisor`, once per sandboxed program, and is never imported by the
+evaluator; it uses the standard library only. ``CONFIG`` is a small file (one ``key<TAB>value``
+per line, lists joined by ``\x1f``) that names the mode, the work directory, the limits, the
+identity chosen by :mod:`elfreg.eval.sandbox.isolation` and the program's ``argv``. Once the
+isolation is in place and privileges are dropped it writes one byte to ``status_fd`` (the
+supervisor starts the program's clock then) and ``exec``s ``argv``; any failure before that is
+reported on stderr with exit status 125. Modes:
 
 ``namespaces``  (real root) new mount, network, PID and IPC namespaces; the host file system is
                 re-mounted read-only, a fresh tmpfs is mounted on ``/tmp`` (holding the work

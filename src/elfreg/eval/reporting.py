@@ -1,0 +1,150 @@
+"""Reporting an evaluation: the summary, the printed table and the output files.
+
+Contract: :func:`build_summary` lays out ``summary.json`` from the per-problem verdicts of one
+scoring run (the statistics come from :func:`elfreg.eval.passk.summarize`); :func:`format_table`
+prints a summary as a plain-text table in percent; :func:`write_outputs` writes
+``samples.jsonl``, ``summary.json`` and ``table.txt``; :func:`write_jsonl` writes records one
+JSON object a line. Nothing here checks an output or runs a program.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .passk import summarize
+from .sandbox import sandbox_isolation
+from .tasks import Task
+
+__all__ = ["EvalReport", "build_summary", "format_table", "write_outputs", "write_jsonl"]
+
+#: how many missing task ids the summary lists
+_MISSING_SHOWN = 50
+#: how many failure kinds the summary's histogram keeps
+_FAILURE_KINDS_SHOWN = 20
+
+
+@dataclasses.dataclass
+class EvalReport:
+    """What an evaluation produced."""
+
+    summary: dict[str, Any]  #: the content of ``summary.json``
+    records: list[dict[str, Any]]  #: one record per sample (``samples.jsonl``)
+    table: str  #: the printed table (``table.txt``)
+
+
+def _spread(per_problem: Mapping[str, Sequence[bool]]) -> dict[str, int]:
+    counts = [len(v) for v in per_problem.values()]
+    return {"min": min(counts), "max": max(counts)} if counts else {"min": 0, "max": 0}
+
+
+def build_summary(
+    task: Task,
+    selected: Sequence[str],
+    per_problem: Mapping[str, Sequence[bool]],
+    per_score: Mapping[str, Mapping[str, Sequence[bool]]],
+    failures: collections.Counter[str],
+    *,
+    aliased: int,
+    ignored: int,
+    alias: bool,
+    config: Mapping[str, Any],
+    started: float,
+) -> dict[str, Any]:
+    """The content of ``summary.json``.
+
+    Args:
+        task: the scored task.
+        selected: task ids of the problems asked for, in benchmark order (coverage is measured
+            against them).
+        per_problem: ``task_id → [headline verdict of sample 0, 1, …]`` of the scored problems.
+        per_score: ``score name → task_id → verdicts`` (code tasks; empty otherwise).
+        failures: failure kinds of the failed samples, counted.
+        aliased: samples that needed the alias option.
+        ignored: predictions left out because their problem was beyond the limit.
+        alias: whether the headline score uses the alias option.
+        config: settings recorded under ``config`` after the task's own description.
+        started: ``time.monotonic()`` when the evaluation started (for ``elapsed_s``).
+    """
+    headline = summarize(per_problem)
+    missing = [tid for tid in selected if tid not in per_problem]
+    summary: dict[str, Any] = {
+        "task": task.name,
+        "n_problems": headline["n_problems"],
+        "n_problems_total": len(selected),
+        "coverage": headline["n_problems"] / len(selected) if selected else 0.0,
+        "n_missing": len(missing),
+        "missing_task_ids": missing[:_MISSING_SHOWN],
+        "n_samples": headline["n_samples"],
+        "samples_per_problem": _spread(per_problem),
+        "pass@1": headline["pass@1"],
+        "pass@1_std": headline["pass@1_std"],
+        "per_seed": headline["per_seed"],
+        **headline["pass@k"],
+        "pass@k": headline["pass@k"],
+        "headline_score": task.primary_score(alias) or "accuracy",
+        "predictions_ignored_by_limit": ignored,
+        "failure_reasons": dict(failures.most_common(_FAILURE_KINDS_SHOWN)),
+    }
+    if task.kind == "code":
+        summary["scores"] = {name: summarize(v) for name, v in sorted(per_score.items())}
+        summary["alias"] = {"headline_uses_alias": alias, "samples_aliased": aliased}
+        summary["sandbox"] = sandbox_isolation()
+    summary["config"] = {**task.describe(), **dict(config)}
+    summary["elapsed_s"] = round(time.monotonic() - started, 3)
+    return summary
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:6.2f}"
+
+
+def format_table(summary: Mapping[str, Any]) -> str:
+    """A plain-text table of the summary (percentages)."""
+    head = (
+        f"task {summary['task']}: {summary['n_problems']}/{summary['n_problems_total']} problems "
+        f"(coverage {100 * summary['coverage']:.1f}%), {summary['n_samples']} samples "
+        f"({summary['samples_per_problem']['min']}-{summary['samples_per_problem']['max']} per problem)"
+    )
+    rows: list[tuple[str, Mapping[str, Any]]] = []
+    if "scores" in summary:
+        for name, stats in summary["scores"].items():
+            label = name.replace("_noalias", "") + (" (no alias)" if name.endswith("_noalias") else " (alias)")
+            rows.append((label, stats))
+    else:
+        rows.append(("accuracy", summary))
+    ks = sorted({k for _, s in rows for k in s["pass@k"]}, key=lambda k: int(k.split("@")[1]))
+    ks = [k for k in ks if k != "pass@1"]
+    width = max(len(r[0]) for r in rows) + 2
+    lines = [head, "", f"{'score':<{width}}{'pass@1':>8}{'±std':>8}" + "".join(f"{k:>10}" for k in ks)]
+    for label, stats in rows:
+        cells = "".join(f"{_pct(stats['pass@k'].get(k)):>10}" for k in ks)
+        lines.append(f"{label:<{width}}{_pct(stats['pass@1']):>8}{_pct(stats['pass@1_std']):>8}{cells}")
+    if "scores" in summary:
+        lines.append("")
+        lines.append(f"headline: {summary['headline_score']}; samples that needed the alias: "
+                     f"{summary['alias']['samples_aliased']}; sandbox isolation: {summary['sandbox']}")
+    return "\n".join(lines) + "\n"
+
+
+def write_jsonl(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -> None:
+    """Write ``records`` to ``path``, one JSON object a line (UTF-8, non-ASCII kept as is)."""
+    with Path(path).open("w", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def write_outputs(out_dir: str | os.PathLike, summary: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
+                  table: str) -> None:
+    """Write ``samples.jsonl``, ``summary.json`` and ``table.txt`` into ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_jsonl(out / "samples.jsonl", records)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out / "table.txt").write_text(table, encoding="utf-8")

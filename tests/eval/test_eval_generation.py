@@ -1,0 +1,48 @@
+"""Generation from a checkpoint: one call into the sampling room, seeds, saved predictions.
+
+The sampling room is replaced at the one seam, ``generation._sampling_call``;
+``test_eval_cli.py`` checks the call into the sampling API itself."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from elfreg.eval import EvalError, evaluate_checkpoint, generation, get_task
+
+
+@pytest.fixture
+def tiny_task(tmp_path: Path):
+    rows = [{"question": f"q{i}", "answer": f"work\n#### {i + 1}"} for i in range(3)]
+    path = tmp_path / "gsm8k.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return get_task("gsm8k", source=str(path))
+
+
+def test_outputs_are_generated_once_saved_with_seeds_and_scored(tiny_task, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+
+    def generate(checkpoint, prompts, samples, nfe, sampler, seed, options):
+        calls.append((checkpoint, prompts, samples, nfe, sampler, seed, dict(options)))
+        # prompt i answers i + 1 (right) in sample 0 only
+        return [[f"#### {i + 1}"] + ["#### 0"] * (samples - 1) for i in range(len(prompts))]
+
+    monkeypatch.setattr(generation, "_sampling_call", lambda: generate)
+    report = evaluate_checkpoint(tiny_task, "ckpt", samples=2, nfe=8, sampler="full-span", seed=5,
+                                 out_dir=tmp_path / "out", generate_kwargs={"sc_cfg": 1.5})
+    prompts = [tiny_task.prompt(p) for p in tiny_task.problems()]
+    assert calls == [("ckpt", prompts, 2, 8, "full-span", 5, {"sc_cfg": 1.5})]
+    assert report.summary["per_seed"] == [1.0, 0.0] and report.summary["pass@1"] == pytest.approx(0.5)
+    assert report.summary["config"]["generate_kwargs"] == {"sc_cfg": 1.5} and report.summary["config"]["seed"] == 5
+    saved = [json.loads(x) for x in (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()]
+    assert [(p["task_id"], p["seed"]) for p in saved[:2]] == [("gsm8k/0", 5), ("gsm8k/0", 6)]
+    assert saved[0]["solution"] == "#### 1"
+
+
+def test_wrong_number_of_outputs_is_an_eval_error(tiny_task, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(generation, "_sampling_call", lambda: lambda *args: [["#### 1"]])
+    with pytest.raises(EvalError, match="returned 1 lists for 3 prompts"):
+        evaluate_checkpoint(tiny_task, "ckpt", samples=2)
