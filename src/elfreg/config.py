@@ -191,11 +191,24 @@ class EvalConfig:
     limit: int = field(default=0, metadata={"help": "only the first N problems (0: all)"})
     nfes: list[int] = field(default_factory=list, metadata={"help": "NFE sweep (empty: sample.nfe)"})
     samplers: list[str] = field(default_factory=list, metadata={"help": "sampler sweep (empty: sample.sampler)"})
-    split: Literal["valid", "test"] = field(default="test", metadata={
-        "help": "held-out split of the toy tasks (valid for tuning; benchmarks have one split)"})
-    curve_points: int = field(default=0, metadata={
-        "help": "toy demo: held-out evaluations at evenly spaced steps during training"})
     batch_size: int = field(default=8, metadata={"help": "samples per network batch when generating"})
+    workers: int = field(default=0, metadata={"help": "parallel sandboxes for code tasks (0: CPU count)"})
+    timeout: float = field(default=10.0, metadata={"help": "seconds per assert test suite (code tasks)"})
+    plus_timeout: float = field(default=60.0, metadata={
+        "help": "cap in seconds on one program's extended tests (HumanEval+/MBPP+)"})
+    plus_limit: int = field(default=0, metadata={"help": "HumanEval+/MBPP+: only the first N plus inputs (0: all)"})
+    alias: bool = field(default=True, metadata={
+        "help": "headline code score with the entry-point alias (both are always reported)"})
+    source: str = field(default="auto", metadata={
+        "help": "auto (local copy, else the Hub), local, hub, or a JSONL file path"})
+    data_dir: str | None = field(default=None, metadata={
+        "help": "benchmark data directory (default $ELFREG_DATA_DIR or ../shared/data)"})
+    template: str | None = field(default=None, metadata={"help": "prompt template (str.format fields of the task)"})
+    # toy demo only (elfreg eval does not take them)
+    split: Literal["valid", "test"] = field(default="test", metadata={
+        "cli": False, "help": "held-out split of the toy tasks (valid for tuning)"})
+    curve_points: int = field(default=0, metadata={
+        "cli": False, "help": "held-out evaluations at evenly spaced steps during training"})
 
     def validate(self) -> EvalConfig:
         checks = [
@@ -205,6 +218,10 @@ class EvalConfig:
             ("samplers", all(s in SAMPLERS for s in self.samplers), f"each must be one of {', '.join(SAMPLERS)}"),
             ("curve_points", self.curve_points >= 0, "must be >= 0"),
             ("batch_size", self.batch_size >= 1, "must be >= 1"),
+            ("workers", self.workers >= 0, "must be >= 0 (0: CPU count)"),
+            ("timeout", self.timeout > 0, "must be > 0"),
+            ("plus_timeout", self.plus_timeout > 0, "must be > 0"),
+            ("plus_limit", self.plus_limit >= 0, "must be >= 0 (0: all)"),
         ]
         for key, ok, why in checks:
             if not ok:
@@ -312,6 +329,8 @@ def add_config_flags(parser: argparse.ArgumentParser, cls: type, title: str) -> 
     group = parser.add_argument_group(title)
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
+        if not f.metadata.get("cli", True):
+            continue
         hint = hints[f.name]
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         kwargs: dict[str, Any] = {"default": None, "dest": f.name,
@@ -322,6 +341,8 @@ def add_config_flags(parser: argparse.ArgumentParser, cls: type, title: str) -> 
             kwargs["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(hint) is list:
             kwargs.update(nargs="+", type=typing.get_args(hint)[0])
+        elif typing.get_origin(hint) in (typing.Union, types.UnionType):
+            kwargs["type"] = next(a for a in typing.get_args(hint) if a is not type(None))
         else:
             kwargs["type"] = hint
         group.add_argument("--" + f.name.replace("_", "-"), **kwargs)
@@ -329,7 +350,8 @@ def add_config_flags(parser: argparse.ArgumentParser, cls: type, title: str) -> 
 
 def config_flag_values(args: argparse.Namespace, cls: type) -> dict[str, Any]:
     """The fields of ``cls`` given on the command line (flags from :func:`add_config_flags`)."""
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if getattr(args, f.name, None) is not None}
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+            if f.metadata.get("cli", True) and getattr(args, f.name, None) is not None}
 
 
 _FLOAT_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")

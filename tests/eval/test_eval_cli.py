@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import sys
-import types
 from pathlib import Path
 
 import pytest
 
-from elfreg.eval import PredictionError, get_task, score_predictions
+from elfreg.config import SampleConfig
+from elfreg.eval import PredictionError, generation, get_task, score_predictions
 from elfreg.eval.cli import build_parser
 from elfreg.eval.sources import human_eval_file
 from elfreg.paths import data_dir
@@ -90,32 +90,34 @@ def test_unknown_task_lists_known_tasks(capsys: pytest.CaptureFixture) -> None:
     assert get_task("HumanEvalPlus").name == "humaneval+" and get_task("mbppplus").name == "mbpp+"
 
 
-def test_checkpoint_path_uses_sampling_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_checkpoint_path_generates_with_the_given_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     problems = _gsm8k_or_skip()
     calls = []
 
-    def fake_generate(checkpoint, prompts, samples, nfe, sampler, seed=0, **kwargs):
-        calls.append(dict(checkpoint=checkpoint, prompts=prompts, samples=samples, nfe=nfe, sampler=sampler,
-                          seed=seed))
+    def fake_generate(checkpoint, prompts, overrides, samples, seed, batch_size, device, precision, progress):
+        calls.append(dict(checkpoint=checkpoint, prompts=prompts, overrides=dict(overrides), samples=samples,
+                          seed=seed, batch_size=batch_size))
         gold = {get_task("gsm8k").prompt(p): p["answer"] for p in problems[:5]}
         # sample j (seed + j) is right exactly when j is even
-        return [[f"#### {gold[pr]}" if j % 2 == 0 else "#### 0.5" for j in range(samples)] for pr in prompts]
+        outputs = [[f"#### {gold[pr]}" if j % 2 == 0 else "#### 0.5" for j in range(samples)] for pr in prompts]
+        return outputs, {**dataclasses.asdict(SampleConfig()), **overrides}
 
-    fake = types.ModuleType("elfreg.sampling.api")
-    fake.generate_from_checkpoint = fake_generate
-    monkeypatch.setitem(sys.modules, "elfreg.sampling.api", fake)
+    monkeypatch.setattr(generation, "_generate", fake_generate)
     out = tmp_path / "out"
     rc = _main(["--task", "gsm8k", "--checkpoint", str(tmp_path / "ckpt"), "--samples", "4", "--nfe", "16",
-                "--sampler", "full-span", "--seed", "7", "--limit", "5", "--out", str(out), "--no-progress"])
+                "--sampler", "full-span", "--renoise-eta", "0.5", "--seed", "7", "--limit", "5", "--out", str(out),
+                "--no-progress"])
     assert rc == 0
     assert len(calls) == 1
     call = calls[0]
-    assert (call["samples"], call["nfe"], call["sampler"], call["seed"]) == (4, 16, "full-span", 7)
+    assert call["overrides"] == {"nfe": 16, "sampler": "full-span", "renoise_eta": 0.5}
+    assert (call["samples"], call["seed"], call["batch_size"]) == (4, 7, 8)
     assert len(call["prompts"]) == 5 and problems[0]["question"] in call["prompts"][0]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["n_problems"] == 5 and summary["n_problems_total"] == 5 and summary["coverage"] == 1.0
     assert summary["pass@1"] == pytest.approx(0.5) and summary["per_seed"] == [1.0, 0.0, 1.0, 0.0]
-    assert summary["config"]["nfe"] == 16 and summary["config"]["checkpoint"] == str(tmp_path / "ckpt")
+    assert summary["config"]["sample"]["nfe"] == 16 and summary["config"]["checkpoint"] == str(tmp_path / "ckpt")
+    assert summary["config"]["eval"]["samples"] == 4
     preds = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert [p["seed"] for p in preds[:4]] == [7, 8, 9, 10]
     # the saved predictions re-score to the same numbers
@@ -123,11 +125,35 @@ def test_checkpoint_path_uses_sampling_api(tmp_path: Path, monkeypatch: pytest.M
     assert again.summary["pass@1"] == summary["pass@1"]
 
 
-def test_missing_sampling_api_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                               capsys: pytest.CaptureFixture) -> None:
-    monkeypatch.setitem(sys.modules, "elfreg.sampling.api", None)
-    assert _main(["--task", "gsm8k", "--checkpoint", str(tmp_path), "--no-progress"]) == 2
-    assert "generate_from_checkpoint" in capsys.readouterr().err
+def test_bad_settings_fail_with_one_line_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    for flags, line in ((["--nfe", "1"], "config error: sample.nfe: must be an integer >= 2, got 1"),
+                        (["--samples", "0"], "config error: eval.samples: must be >= 1, got 0"),
+                        (["--nfes", "16", "1"], "config error: eval.nfes: every NFE must be >= 2, got [16, 1]")):
+        assert _main(["--task", "gsm8k", "--checkpoint", str(tmp_path / "missing"), *flags]) == 2
+        assert capsys.readouterr().err.strip() == line
+
+
+def test_a_real_checkpoint_end_to_end_with_an_nfe_sweep(tiny_assets, tmp_path: Path) -> None:
+    from elfreg.data.examples import Example
+    from elfreg.train.loop import train
+
+    from conftest import tiny_config
+
+    cfg = tiny_config(tiny_assets, tmp_path, train={"steps": 2, "ckpt_every": 2}, sample={"nfe": 6})
+    train(cfg, [Example(f"add {a} {b}", f"#### {a + b}") for a, b in [(1, 2), (3, 4)]])
+    data = tmp_path / "gsm8k.jsonl"
+    data.write_text("".join(json.dumps({"question": f"add {i} 1", "answer": f"#### {i + 1}"}) + "\n"
+                            for i in range(3)))
+    out = tmp_path / "out"
+    assert _main(["--task", "gsm8k", "--source", str(data), "--checkpoint", cfg.train.out_dir, "--samples", "2",
+                  "--nfes", "3", "5", "--out", str(out), "--no-progress"]) == 0
+    for nfe in (3, 5):
+        folder = out / f"nfe{nfe}"
+        summary = json.loads((folder / "summary.json").read_text())
+        assert summary["config"]["sample"]["nfe"] == nfe and summary["config"]["sample"]["sampler"] == "early-stop"
+        preds = [json.loads(line) for line in (folder / "predictions.jsonl").read_text().splitlines()]
+        assert [(p["task_id"], p["seed"]) for p in preds] == [(f"gsm8k/{i}", j) for i in range(3) for j in range(2)]
+        assert summary["n_samples"] == 6 and len(summary["per_seed"]) == 2
 
 
 def test_humaneval_predictions_report_both_alias_scores(tmp_path: Path) -> None:

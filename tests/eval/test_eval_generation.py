@@ -1,7 +1,7 @@
 """Generation from a checkpoint: one call into the sampling room, seeds, saved predictions.
 
-The sampling room is replaced at the one seam, ``generation._sampling_call``;
-``test_eval_cli.py`` checks the call into the sampling API itself."""
+The sampling room is replaced at the one seam, ``generation._generate``; ``test_eval_cli.py``
+runs the real one on a tiny checkpoint."""
 
 from __future__ import annotations
 
@@ -25,24 +25,25 @@ def test_outputs_are_generated_once_saved_with_seeds_and_scored(tiny_task, tmp_p
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
 
-    def generate(checkpoint, prompts, samples, nfe, sampler, seed, options):
-        calls.append((checkpoint, prompts, samples, nfe, sampler, seed, dict(options)))
+    def generate(checkpoint, prompts, overrides, samples, seed, batch_size, device, precision, progress):
+        calls.append((checkpoint, prompts, dict(overrides), samples, seed))
         # prompt i answers i + 1 (right) in sample 0 only
-        return [[f"#### {i + 1}"] + ["#### 0"] * (samples - 1) for i in range(len(prompts))]
+        return [[f"#### {i + 1}"] + ["#### 0"] * (samples - 1) for i in range(len(prompts))], dict(overrides)
 
-    monkeypatch.setattr(generation, "_sampling_call", lambda: generate)
-    report = evaluate_checkpoint(tiny_task, "ckpt", samples=2, nfe=8, sampler="full-span", seed=5,
-                                 out_dir=tmp_path / "out", generate_kwargs={"sc_cfg": 1.5})
+    monkeypatch.setattr(generation, "_generate", generate)
+    overrides = {"nfe": 8, "sampler": "full-span", "sc_cfg": 1.5}
+    report = evaluate_checkpoint(tiny_task, "ckpt", sample_overrides=overrides, samples=2, seed=5,
+                                 out_dir=tmp_path / "out")
     prompts = [tiny_task.prompt(p) for p in tiny_task.problems()]
-    assert calls == [("ckpt", prompts, 2, 8, "full-span", 5, {"sc_cfg": 1.5})]
+    assert calls == [("ckpt", prompts, overrides, 2, 5)]
     assert report.summary["per_seed"] == [1.0, 0.0] and report.summary["pass@1"] == pytest.approx(0.5)
-    assert report.summary["config"]["generate_kwargs"] == {"sc_cfg": 1.5} and report.summary["config"]["seed"] == 5
+    assert report.summary["config"]["sample"] == overrides and report.summary["config"]["seed"] == 5
     saved = [json.loads(x) for x in (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()]
     assert [(p["task_id"], p["seed"]) for p in saved[:2]] == [("gsm8k/0", 5), ("gsm8k/0", 6)]
     assert saved[0]["solution"] == "#### 1"
 
 
 def test_wrong_number_of_outputs_is_an_eval_error(tiny_task, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(generation, "_sampling_call", lambda: lambda *args: [["#### 1"]])
+    monkeypatch.setattr(generation, "_generate", lambda *args: ([["#### 1"]], {}))
     with pytest.raises(EvalError, match="returned 1 lists for 3 prompts"):
         evaluate_checkpoint(tiny_task, "ckpt", samples=2)

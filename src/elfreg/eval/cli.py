@@ -3,16 +3,26 @@
 Examples::
 
     elfreg eval --task gsm8k --checkpoint runs/gsm8k --samples 16 --nfe 64 --sampler early-stop --out out/
+    elfreg eval --task gsm8k --checkpoint runs/gsm8k --nfes 16 64 128 --out out/   # one folder per NFE
     elfreg eval --task humaneval --predictions samples.jsonl --out out/
     elfreg eval --task humaneval+ --predictions samples.jsonl --workers 8 --limit 20
+
+Evaluation settings are the fields of ``EvalConfig`` and sampler settings those of
+``SampleConfig`` (``elfreg.config``), each a flag of the same name; unset sampler settings come
+from the checkpoint's config.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
+from pathlib import Path
 from typing import Any
+
+from ..config import ConfigError, EvalConfig, SampleConfig, add_config_flags, config_flag_values
+from ..device import PRECISIONS
 
 __all__ = ["register", "build_parser", "run"]
 
@@ -23,27 +33,13 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     what.add_argument("--predictions", metavar="FILE.jsonl",
                       help="score existing outputs (task_id + completion or solution per line)")
     what.add_argument("--checkpoint", metavar="DIR", help="generate outputs from this checkpoint, then score them")
-    p.add_argument("--samples", type=int, default=16, help="samples per problem when generating (default 16)")
-    p.add_argument("--nfe", type=int, default=64, help="network evaluations per sample when generating (default 64)")
-    p.add_argument("--sampler", default="early-stop", help="sampler name passed to the sampling API")
-    p.add_argument("--seed", type=int, default=0, help="seed of sample 0; sample j uses seed + j")
     p.add_argument("--out", metavar="DIR", help="write samples.jsonl, summary.json and table.txt here")
-    p.add_argument("--data-dir", metavar="DIR", help="benchmark data directory (default: $ELFREG_DATA_DIR or "
-                   "../shared/data)")
-    p.add_argument("--source", default="auto",
-                   help="auto (local copy, else Hugging Face Hub), local, hub, or a JSONL file path")
-    p.add_argument("--workers", type=int, default=None, help="parallel sandboxes (default: CPU count)")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds per assert test suite (default 10)")
-    p.add_argument("--plus-timeout", type=float, default=60.0,
-                   help="cap in seconds on one program's extended tests (default 60)")
-    p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N problems")
-    p.add_argument("--no-alias", action="store_true",
-                   help="headline score without the alias option (both are always reported)")
-    p.add_argument("--plus-limit", type=int, default=None, metavar="N",
-                   help="HumanEval+/MBPP+: only the first N plus inputs per problem (quick runs)")
-    p.add_argument("--template", default=None, help="prompt template (str.format fields of the task)")
+    p.add_argument("--device", default="auto", help="generation device (default: CUDA when available)")
+    p.add_argument("--precision", choices=PRECISIONS, default="auto")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--list-tasks", action="store_true", help="list the tasks and exit")
+    add_config_flags(p, EvalConfig, "evaluation settings (eval.* of a config)")
+    add_config_flags(p, SampleConfig, "sampler settings (sample.*; default: the checkpoint's)")
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -81,42 +77,46 @@ def run(args: argparse.Namespace) -> int:
     if not args.task:
         print("elfreg eval: error: --task is required (see --list-tasks)", file=sys.stderr)
         return 2
-    try:
-        task_name = canonical_task_name(args.task)
-    except ValueError as err:
-        print(f"elfreg eval: error: {err}", file=sys.stderr)
-        return 2
     if not args.predictions and not args.checkpoint:
         print("elfreg eval: error: give --predictions FILE or --checkpoint DIR", file=sys.stderr)
         return 2
-    for flag, value in (("--workers", args.workers), ("--limit", args.limit), ("--samples", args.samples),
-                        ("--nfe", args.nfe), ("--plus-limit", args.plus_limit)):
-        if value is not None and value < 1:
-            print(f"elfreg eval: error: {flag} must be at least 1", file=sys.stderr)
-            return 2
-    options: dict[str, Any] = {"data_dir": args.data_dir, "source": args.source}
-    if args.template is not None:
-        options["template"] = args.template
-    if task_name in ("humaneval+", "mbpp+") and args.plus_limit is not None:
-        options["plus_limit"] = args.plus_limit
-    common = dict(
-        workers=args.workers, timeout=args.timeout, io_timeout=args.plus_timeout, alias=not args.no_alias,
-        limit=args.limit, progress=not args.no_progress, out_dir=args.out, task_options=options,
-    )
     try:
-        if args.predictions:
-            report = score_predictions(task_name, args.predictions, **common)
-        else:
-            report = evaluate_checkpoint(
-                task_name, args.checkpoint, samples=args.samples, nfe=args.nfe, sampler=args.sampler,
-                seed=args.seed, **common,
-            )
+        task_name = canonical_task_name(args.task)
+        ev = EvalConfig(**config_flag_values(args, EvalConfig)).validate()
+        overrides = config_flag_values(args, SampleConfig)
+        SampleConfig().replace(**overrides)  # checks the given sampler settings before any work
+    except (ConfigError, ValueError) as err:
+        print(err if isinstance(err, ConfigError) else f"elfreg eval: error: {err}", file=sys.stderr)
+        return 2
+    options = {"data_dir": ev.data_dir, "source": ev.source,
+               **({"template": ev.template} if ev.template is not None else {}),
+               **({"plus_limit": ev.plus_limit} if task_name in ("humaneval+", "mbpp+") and ev.plus_limit else {})}
+    common = dict(workers=ev.workers or None, timeout=ev.timeout, io_timeout=ev.plus_timeout, alias=ev.alias,
+                  limit=ev.limit or None, progress=not args.no_progress, task_options=options)
+    # an NFE / sampler sweep: every pair, each into its own folder
+    points = [{}] if not (ev.nfes or ev.samplers) else [
+        {k: v for k, v in (("sampler", s), ("nfe", n)) if v is not None}
+        for s in ev.samplers or [overrides.get("sampler")] for n in ev.nfes or [overrides.get("nfe")]]
+    try:
+        for point in points:
+            out = args.out
+            if args.out and len(points) > 1:
+                out = str(Path(args.out) / "-".join(f"{k}{v}" if k == "nfe" else str(v) for k, v in point.items()))
+            if args.predictions:
+                report = score_predictions(task_name, args.predictions, out_dir=out, **common)
+            else:
+                report = evaluate_checkpoint(
+                    task_name, args.checkpoint, sample_overrides={**overrides, **point}, samples=ev.samples,
+                    seed=ev.seed, batch_size=ev.batch_size, device=args.device, precision=args.precision,
+                    out_dir=out, config={"eval": dataclasses.asdict(ev)}, **common)
+            if len(points) > 1:
+                print(f"== {', '.join(f'{k} {v}' for k, v in point.items())}")
+            print(report.table, end="")
+            if out:
+                print(f"results written to {os.path.abspath(out)}")
     except (PredictionError, EvalError, DataUnavailable) as err:
         print(f"elfreg eval: error: {err}", file=sys.stderr)
         return 2
-    print(report.table, end="")
-    if args.out:
-        print(f"results written to {os.path.abspath(args.out)}")
     return 0
 
 

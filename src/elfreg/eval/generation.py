@@ -1,18 +1,19 @@
 """Generation from a checkpoint, then scoring: the path of ``elfreg eval --checkpoint``.
 
 Contract of :func:`evaluate_checkpoint`: the task's zero-shot prompts go to the sampling room
-in one call (:func:`_sampling_call`, the eval room's only use of it); sample ``j`` of every
-prompt is generated with seed ``seed + j``; the outputs are saved as ``predictions.jsonl``
-(``solution`` records with their seed, re-scorable with ``--predictions``) and scored by
-:func:`elfreg.eval.scoring.score_predictions`, with the generation settings recorded in the
-summary's ``config``. A missing sampling API is an :class:`EvalError` raised before the task's
-data is loaded.
+in one call (:func:`_generate`, the eval room's only use of it); the sampler settings are the
+checkpoint's ``sample`` section with ``sample_overrides`` applied; sample ``j`` of every prompt
+is generated with seed ``seed + j``; the outputs are saved as ``predictions.jsonl`` (``solution``
+records with their seed, re-scorable with ``--predictions``) and scored by
+:func:`elfreg.eval.scoring.score_predictions`, with the resolved sampler settings recorded in the
+summary's ``config``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,65 +23,55 @@ from .tasks import Task, get_task
 
 __all__ = ["EvalError", "evaluate_checkpoint"]
 
-#: ``(checkpoint, prompts, samples, nfe, sampler, seed, options) → outputs[prompt][sample]``
-Generate = Callable[[str, list[str], int, int, str, int, Mapping[str, Any]], list[list[str]]]
-
 
 class EvalError(RuntimeError):
-    """The evaluation could not run (e.g. the sampling API is missing)."""
+    """The evaluation could not run (e.g. the generator returned the wrong number of outputs)."""
 
 
-def _sampling_call() -> Generate:
-    """The call into the sampling room; importing it first makes a missing API fail early."""
-    try:
-        from elfreg.sampling.api import generate_from_checkpoint
-    except ImportError as err:
-        raise EvalError(
-            "generation needs elfreg.sampling.api.generate_from_checkpoint, which is not available "
-            f"({err}); score existing outputs with --predictions instead"
-        ) from err
+def _generate(checkpoint: str, prompts: list[str], sample_overrides: Mapping[str, Any], samples: int, seed: int,
+              batch_size: int, device: str, precision: str, progress: bool) -> tuple[list[list[str]], dict[str, Any]]:
+    """``outputs[prompt][sample]`` texts and the resolved sampler settings."""
+    from elfreg.sampling import generate, load_checkpoint
 
-    def generate(checkpoint: str, prompts: list[str], samples: int, nfe: int, sampler: str, seed: int,
-                 options: Mapping[str, Any]) -> list[list[str]]:
-        return generate_from_checkpoint(checkpoint, prompts, samples=samples, nfe=nfe, sampler=sampler, seed=seed,
-                                        **dict(options))
-
-    return generate
+    models = load_checkpoint(checkpoint, device, precision)
+    sample = models.config.sample.replace(**dict(sample_overrides))
+    outputs: list[list[str]] = [[] for _ in prompts]
+    for r in generate(models, prompts, sample, samples=samples, seed=seed, batch_size=batch_size, progress=progress):
+        outputs[r.prompt_index].append(r.text)
+    return outputs, dataclasses.asdict(sample)
 
 
 def evaluate_checkpoint(
     task: str | Task,
     checkpoint: str,
     *,
+    sample_overrides: Mapping[str, Any] | None = None,
     samples: int = 16,
-    nfe: int = 64,
-    sampler: str = "early-stop",
     seed: int = 0,
     limit: int | None = None,
+    batch_size: int = 8,
+    device: str = "auto",
+    precision: str = "auto",
     out_dir: str | os.PathLike | None = None,
-    generate_kwargs: Mapping[str, Any] | None = None,
     task_options: Mapping[str, Any] | None = None,
     **score_kwargs: Any,
 ) -> EvalReport:
     """Generate ``samples`` outputs per prompt from a checkpoint, then score them.
 
-    Sample ``j`` of every prompt is generated with seed ``seed + j``. The outputs are written to
-    ``out_dir/predictions.jsonl`` (``solution`` records), so they can be re-scored later.
-    Remaining keyword arguments go to :func:`score_predictions`.
+    ``sample_overrides`` are ``SampleConfig`` fields (``nfe``, ``sampler``, ``sc_cfg``, …) that
+    replace the checkpoint's own. Remaining keyword arguments go to :func:`score_predictions`.
 
     Raises:
-        EvalError: the sampling API is missing, or returned the wrong number of outputs.
+        EvalError: the generator returned the wrong number of outputs.
     """
-    generate = _sampling_call()
     task_obj = task if isinstance(task, Task) else get_task(task, **dict(task_options or {}))
     problems = task_obj.problems()[:limit] if limit is not None else task_obj.problems()
     prompts = [task_obj.prompt(p) for p in problems]
-    outputs = generate(checkpoint, prompts, samples, nfe, sampler, seed, generate_kwargs or {})
+    outputs, sample = _generate(checkpoint, prompts, sample_overrides or {}, samples, seed, batch_size, device,
+                                precision, score_kwargs.get("progress", False))
     if len(outputs) != len(prompts) or any(len(o) != samples for o in outputs):
-        raise EvalError(
-            f"generate_from_checkpoint returned {len(outputs)} lists for {len(prompts)} prompts "
-            f"(expected {samples} outputs each)"
-        )
+        raise EvalError(f"generation returned {len(outputs)} lists for {len(prompts)} prompts "
+                        f"(expected {samples} outputs each)")
     records = [
         {"task_id": p["task_id"], "solution": str(text), "seed": seed + j}
         for p, outs in zip(problems, outputs, strict=True)
@@ -89,7 +80,6 @@ def evaluate_checkpoint(
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         write_jsonl(Path(out_dir) / "predictions.jsonl", records)
-    config = {"checkpoint": checkpoint, "samples": samples, "nfe": nfe, "sampler": sampler, "seed": seed,
-              "generate_kwargs": dict(generate_kwargs or {})}
+    config = {"checkpoint": checkpoint, "samples": samples, "seed": seed, "sample": sample}
     config.update(score_kwargs.pop("config", None) or {})
     return score_predictions(task_obj, records, limit=limit, out_dir=out_dir, config=config, **score_kwargs)
