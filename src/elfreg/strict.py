@@ -1,0 +1,127 @@
+"""Strict construction of config dataclasses: from YAML data, ``section.key=value`` overrides and
+command-line flags generated from the dataclass fields.
+
+Every error is one line naming the key: ``config error: train.lr: expected float, got 'fast'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import types
+import typing
+from typing import Any, Literal
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config file or override is invalid; the message names the key."""
+
+
+def add_config_flags(parser: argparse.ArgumentParser, cls: type, title: str) -> None:
+    """One ``--field-name`` flag per field of the config dataclass ``cls`` (litgpt style): choices
+    from ``Literal`` types, help from the field's ``help`` metadata. Flags default to None
+    ("not given"), so :func:`config_flag_values` returns only what the user set."""
+    group = parser.add_argument_group(title)
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if not f.metadata.get("cli", True):
+            continue
+        hint = hints[f.name]
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        kwargs: dict[str, Any] = {"default": None, "dest": f.name,
+                                  "help": f"{f.metadata.get('help', '')} (default {default})"}
+        if typing.get_origin(hint) is Literal:
+            kwargs["choices"] = list(typing.get_args(hint))
+        elif hint is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif typing.get_origin(hint) is list:
+            kwargs.update(nargs="+", type=typing.get_args(hint)[0])
+        elif typing.get_origin(hint) in (typing.Union, types.UnionType):
+            kwargs["type"] = next(a for a in typing.get_args(hint) if a is not type(None))
+        else:
+            kwargs["type"] = hint
+        group.add_argument("--" + f.name.replace("_", "-"), **kwargs)
+
+
+def config_flag_values(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """The fields of ``cls`` given on the command line (flags from :func:`add_config_flags`)."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+            if f.metadata.get("cli", True) and getattr(args, f.name, None) is not None}
+
+
+_FLOAT_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def apply_override(data: dict[str, Any], item: str) -> None:
+    """Set ``section.key=value`` in a nested dict (value parsed as YAML)."""
+    if "=" not in item:
+        raise ConfigError(f"config error: override {item!r}: expected key.sub=value")
+    key, raw = item.split("=", 1)
+    parts = key.strip().split(".")
+    node = data
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"config error: {key}: {part} is not a section")
+    node[parts[-1]] = yaml.safe_load(raw)
+
+
+def build_dataclass(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+    """``cls(**data)`` for a (nested) dataclass, failing with one line on an unknown key or a
+    value of the wrong type."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"config error: {prefix.rstrip('.') or 'top level'}: expected a mapping")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in names:
+            raise ConfigError(f"config error: {prefix}{key}: unknown key (known: {', '.join(sorted(names))})")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        hint = hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            kwargs[f.name] = build_dataclass(hint, data[f.name], f"{prefix}{f.name}.")
+        else:
+            kwargs[f.name] = _check_value(f"{prefix}{f.name}", data[f.name], hint)
+    return cls(**kwargs)
+
+
+def _check_value(key: str, value: Any, hint: Any) -> Any:
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        allowed = typing.get_args(hint)
+        if value not in allowed:
+            raise ConfigError(f"config error: {key}: expected one of {list(allowed)}, got {value!r}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"config error: {key}: expected a list, got {value!r}")
+        (item,) = typing.get_args(hint)
+        return [_check_value(f"{key}[{i}]", v, item) for i, v in enumerate(value)]
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _check_value(key, value, option)
+            except ConfigError:
+                pass
+        names = " or ".join("null" if o is type(None) else o.__name__ for o in options)
+        raise ConfigError(f"config error: {key}: expected {names}, got {value!r}")
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is float and isinstance(value, str) and _FLOAT_RE.fullmatch(value.strip()):
+        return float(value)  # YAML 1.1 reads "2e-3" (no dot) as a string
+    if hint in (int, float) and isinstance(value, bool):
+        raise ConfigError(f"config error: {key}: expected {hint.__name__}, got {value!r}")
+    if not isinstance(value, hint):
+        raise ConfigError(f"config error: {key}: expected {hint.__name__}, got {value!r}")
+    return value
