@@ -79,6 +79,16 @@ class LossConfig:
     repa_weight: float = 0.5
     reg_weight: float = 0.1
 
+    @property
+    def needs_teacher(self) -> bool:
+        return teacher_needed(self.repa, self.extra_token)
+
+
+def teacher_needed(repa: bool, extra_token: str) -> bool:
+    """REPA and the REG token both take their targets from the frozen teacher (spec §3); a run
+    with neither never loads it."""
+    return repa or extra_token == "reg"
+
 
 @dataclass
 class DataConfig:
@@ -173,7 +183,7 @@ class Config:
             ("sample.nfe", self.sample.nfe >= 2, "must be >= 2"),
             ("sample.rho", self.sample.rho >= 1, "must be >= 1"),
         ]
-        if self.loss.repa or self.loss.extra_token == "reg":
+        if self.loss.needs_teacher:
             checks.append(("text.teacher", bool(self.text.teacher),
                            "REPA/REG need a teacher (set loss.repa: false and loss.extra_token: none)"))
         for key, ok, why in checks:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..config import Config, ModelConfig
+from ..config import Config, ModelConfig, teacher_needed
 from .student import ExtraToken, Student
 
 QWEN3_VOCAB = 151_936
@@ -54,12 +54,11 @@ def build_on_meta(name: str, enc_dim: int = QWEN3_0_6B_WIDTH, vocab_size: int = 
     p = PRESETS[name]
     with torch.device("meta"):
         return Student(p.model, enc_dim, vocab_size,
-                       teacher_dim if (p.repa or p.extra_token == "reg") else None,
+                       teacher_dim if teacher_needed(p.repa, p.extra_token) else None,
                        extra_token=p.extra_token, repa=p.repa)
 
 
 def student_from_config(cfg: Config, enc_dim: int, vocab_size: int, teacher_dim: int | None) -> Student:
     """The student a run config describes, sized to its frozen encoder (and teacher)."""
-    needs_teacher = cfg.loss.repa or cfg.loss.extra_token == "reg"
-    return Student(cfg.model, enc_dim, vocab_size, teacher_dim if needs_teacher else None,
+    return Student(cfg.model, enc_dim, vocab_size, teacher_dim if cfg.loss.needs_teacher else None,
                    extra_token=cfg.loss.extra_token, repa=cfg.loss.repa)

@@ -19,7 +19,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from ..config import ModelConfig
+from ..config import ModelConfig, teacher_needed
 from .blocks import Block, RMSNorm, ScalarEmbedder, rope_tables
 
 ExtraToken = Literal["reg", "learned", "none"]
@@ -44,7 +44,7 @@ class Student(nn.Module):
         repa: bool = True,
     ):
         super().__init__()
-        if (repa or extra_token == "reg") and teacher_dim is None:
+        if teacher_needed(repa, extra_token) and teacher_dim is None:
             raise ValueError("REPA and REG need teacher_dim (the teacher's hidden width)")
         width = cfg.width
         mlp_hidden = cfg.mlp_hidden or (8 * width) // 3

@@ -42,10 +42,6 @@ class TrainResult:
     checkpoint: Path | None
 
 
-def needs_teacher(cfg: Config) -> bool:
-    return cfg.loss.repa or cfg.loss.extra_token == "reg"
-
-
 def example_indices(n_examples: int, seed: int, start: int, count: int) -> list[int]:
     """Positions [start, start+count) of an endless stream of per-epoch random permutations."""
     out = []
@@ -92,7 +88,7 @@ def train(cfg: Config, examples: list[Example] | None = None, resume: bool = Tru
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(tc.seed)
 
-    with_teacher = needs_teacher(cfg)
+    with_teacher = cfg.loss.needs_teacher
     frozen = load_frozen_text(cfg.text, with_teacher=with_teacher, device=device, bf16=bf16)
     examples = examples if examples is not None else load_examples(cfg.data)
     if not examples:
