@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 
 from elfreg.device import use_bf16
+from elfreg.text.frozen import freeze
 from elfreg.toy.arith import extract_final
 from elfreg.toy.code import score_program
 from elfreg.toy.corpus import lm_prompt
@@ -222,8 +223,7 @@ def _pretrain(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase, examples: Se
     tenth = max(1, len(losses) // 10)
     curve = tuple(round(sum(losses[i : i + tenth]) / len(losses[i : i + tenth]), 4)
                   for i in range(0, len(losses), tenth))
-    model.eval()
-    model.requires_grad_(False)
+    freeze(model)
     stats = PretrainStats(steps=cfg.steps, seconds=round(seconds, 2), cpu_seconds=round(cpu_seconds, 2),
                           final_loss=round(sum(tail) / len(tail), 4),
                           tokens=tokens, params=sum(p.numel() for p in model.parameters()), bf16=bf16, loss_curve=curve)
@@ -247,9 +247,7 @@ def lm_loss(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, texts: S
 
 def load_lm(lm_dir: str | os.PathLike) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     """Load a saved toy LM and its tokenizer exactly as a hub model is loaded; frozen, eval mode."""
-    model = AutoModelForCausalLM.from_pretrained(str(lm_dir))
-    model.eval()
-    model.requires_grad_(False)
+    model = freeze(AutoModelForCausalLM.from_pretrained(str(lm_dir)))
     return model, load_tokenizer(lm_dir)
 
 
