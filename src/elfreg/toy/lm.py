@@ -34,6 +34,11 @@ from elfreg.toy.arith import extract_final
 from elfreg.toy.code import score_program
 from elfreg.toy.corpus import lm_prompt
 from elfreg.toy.tokenizer import load_tokenizer
+from elfreg.train.optim import scheduled_lr
+
+LR_FLOOR_RATIO = 0.1
+"""The cosine schedule ends at this fraction of the peak learning rate (not part of
+:class:`ToyLMConfig`, whose fields key the asset cache)."""
 
 
 @dataclass(frozen=True)
@@ -161,7 +166,8 @@ def pretrain_lm(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase, examples: 
     """Train a fresh toy ``Qwen3ForCausalLM`` on ``examples`` (``prompt + SEP + answer + EOS``)
     with the causal-LM loss, prompt tokens weighted by ``cfg.prompt_loss_weight``.
 
-    AdamW, linear warm-up then cosine decay to 10 %, gradient clipping at 1, batches grouped by
+    AdamW, linear warm-up then cosine decay to 10 % (the training room's
+    :func:`~elfreg.train.optim.scheduled_lr`), gradient clipping at 1, batches grouped by
     length. Returns the model (eval mode, frozen) and its :class:`PretrainStats`.
     ``num_threads`` sets torch's intra-op threads for the run only (restored afterwards); on a
     shared machine one thread can be several times faster than two busy-waiting ones.
@@ -189,12 +195,6 @@ def _pretrain(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase, examples: Se
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.98))
 
-    def lr_at(step: int) -> float:
-        if step < cfg.warmup_steps:
-            return cfg.lr * (step + 1) / cfg.warmup_steps
-        frac = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
-        return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
-
     bf16 = use_bf16("cpu", cfg.precision)
     queue: list[list[int]] = []
     losses: list[float] = []
@@ -207,7 +207,7 @@ def _pretrain(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase, examples: Se
         batch = queue.pop()
         ids, mask, weights = _collate([seqs[i] for i in batch], tokenizer.pad_token_id, cfg.prompt_loss_weight)
         for group in opt.param_groups:
-            group["lr"] = lr_at(step)
+            group["lr"] = scheduled_lr(step, cfg.lr, cfg.warmup_steps, cfg.steps, LR_FLOOR_RATIO)
         loss = _causal_loss(model, ids, mask, weights, bf16)
         opt.zero_grad(set_to_none=True)
         loss.backward()
