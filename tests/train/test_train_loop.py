@@ -11,7 +11,8 @@ from elfreg.flow import objective
 from elfreg.model.presets import student_from_config
 from elfreg.text.load import load_frozen_text
 from elfreg.train import loop
-from elfreg.train.loop import TrainingDiverged, make_batch, train
+from elfreg.train.batch import make_batch
+from elfreg.train.loop import TrainingDiverged, train
 
 EXAMPLES = [Example(f"add {a} {b}", f"{a}+{b}={a + b}") for a, b in [(1, 2), (3, 4), (5, 6), (7, 1)]]
 
@@ -169,28 +170,6 @@ def test_ablation_switches_train(tiny_cfg, loss):
     assert math.isfinite(result.last_losses["total"])
     assert (result.last_losses["repa"] > 0) == loss["repa"]
     assert (result.last_losses["reg"] > 0) == (loss["extra_token"] == "reg")
-
-
-def test_feature_cache_serves_the_features_make_batch_computes(tiny_cfg, monkeypatch):
-    from elfreg.train.feature_cache import FeatureCache
-
-    cfg = tiny_cfg()
-    frozen = load_frozen_text(cfg.text, with_teacher=True)
-    frozen.teacher.calibrate([frozen.canvas.build([e.prompt for e in EXAMPLES], [e.answer for e in EXAMPLES])])
-    cache, cpu = FeatureCache(), torch.device("cpu")
-    first = cache.batch(frozen, EXAMPLES, [2, 0, 2], True, cpu)
-    assert len(cache) == 2
-    calls = []
-    monkeypatch.setattr(frozen.encoder, "encode", lambda *a: calls.append(a))
-    second = cache.batch(frozen, EXAMPLES, [0, 2], True, cpu)  # all seen: no frozen forward
-    assert calls == []
-    monkeypatch.undo()
-    fresh = make_batch(frozen, EXAMPLES, [0, 2], True, cpu)
-    assert torch.equal(second.canvas.tokens, fresh.canvas.tokens)
-    torch.testing.assert_close(second.x, fresh.x, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(first.x[0], first.x[2])
-    for name in ("repa", "reg", "reg_repa"):
-        torch.testing.assert_close(getattr(second.teacher, name), getattr(fresh.teacher, name), rtol=1e-5, atol=1e-5)
 
 
 def test_training_with_the_feature_cache_matches_training_without(tiny_cfg, tmp_path):

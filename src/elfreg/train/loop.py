@@ -20,9 +20,10 @@ from ..checkpoint import open_checkpoint, resolve_checkpoint, save_checkpoint
 from ..config import Config
 from ..data.examples import Example, load_examples
 from ..device import autocast, resolve_device, use_bf16
-from ..flow.objective import TrainBatch, elf_reg_loss
+from ..flow.objective import elf_reg_loss
 from ..model.presets import student_from_config
-from ..text.load import FrozenText, load_frozen_text
+from ..text.load import load_frozen_text
+from .batch import build_canvas, example_indices, make_batch
 from .ema import EMA
 from .feature_cache import FeatureCache
 from .optim import lr_at, make_optimizer
@@ -40,27 +41,6 @@ class TrainResult:
     step: int
     last_losses: dict[str, float]
     checkpoint: Path | None
-
-
-def example_indices(n_examples: int, seed: int, start: int, count: int) -> list[int]:
-    """Positions [start, start+count) of an endless stream of per-epoch random permutations."""
-    out = []
-    while len(out) < count:
-        pos = start + len(out)
-        epoch, offset = divmod(pos, n_examples)
-        perm = torch.randperm(n_examples, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
-        take = min(count - len(out), n_examples - offset)
-        out.extend(perm[offset:offset + take].tolist())
-    return out
-
-
-def make_batch(frozen: FrozenText, examples: list[Example], indices: list[int], with_teacher: bool,
-               device: torch.device) -> TrainBatch:
-    chosen = [examples[i] for i in indices]
-    canvas = frozen.canvas.build([e.prompt for e in chosen], [e.answer for e in chosen]).to(device)
-    x = frozen.encoder.encode(canvas.tokens)
-    teacher = frozen.teacher.targets(canvas) if with_teacher else None
-    return TrainBatch(canvas=canvas, x=x, teacher=teacher)
 
 
 def _check_resumable(cfg: Config, saved: Config) -> None:
@@ -115,9 +95,7 @@ def train(cfg: Config, examples: list[Example] | None = None, resume: bool = Tru
     elif with_teacher:
         calib = example_indices(len(examples), tc.seed + 1, 0, min(REG_CALIBRATION_EXAMPLES, len(examples)))
         chunks = [calib[i:i + tc.batch_size] for i in range(0, len(calib), tc.batch_size)]
-        frozen.teacher.calibrate([frozen.canvas.build([examples[i].prompt for i in c],
-                                                      [examples[i].answer for i in c]).to(device)
-                                  for c in chunks])
+        frozen.teacher.calibrate([build_canvas(frozen, examples, c, device) for c in chunks])
     cfg.save(run_dir / "config.yaml")
 
     def save(at: int) -> Path:
@@ -143,8 +121,7 @@ def train(cfg: Config, examples: list[Example] | None = None, resume: bool = Tru
             for micro in range(tc.grad_accum):
                 k = step * tc.grad_accum + micro
                 indices = example_indices(len(examples), tc.seed, k * tc.batch_size, tc.batch_size)
-                batch = (cache.batch(frozen, examples, indices, with_teacher, device) if cache is not None
-                         else make_batch(frozen, examples, indices, with_teacher, device))
+                batch = make_batch(frozen, examples, indices, with_teacher, device, cache)
                 with autocast(device, bf16):
                     out = elf_reg_loss(student, batch, cfg.flow, cfg.loss, generator)
                 values = out.as_floats()
