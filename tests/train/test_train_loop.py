@@ -5,14 +5,13 @@ import math
 
 import pytest
 import torch
-from train_helpers import EXAMPLES, metrics
+from train_helpers import EXAMPLES, metrics, poison_loss
 
 from elfreg.checkpoint import open_checkpoint, resolve_checkpoint
 from elfreg.config import FlowConfig
 from elfreg.flow import objective
 from elfreg.model.presets import student_from_config
 from elfreg.text.load import load_frozen_text
-from elfreg.train import step as step_module
 from elfreg.train.batch import make_batch
 from elfreg.train.loop import TrainingDiverged, train
 
@@ -83,17 +82,7 @@ def test_refuses_to_overwrite_and_to_resume_a_different_config(tiny_cfg, tmp_pat
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_cfg, monkeypatch):
     cfg = tiny_cfg(train={"steps": 6, "ckpt_every": 2})
-    real = objective.elf_reg_loss
-    calls = {"n": 0}
-
-    def poisoned(*args, **kwargs):
-        calls["n"] += 1
-        out = real(*args, **kwargs)
-        if calls["n"] == 3:
-            out.total = out.total * float("nan")
-        return out
-
-    monkeypatch.setattr(step_module, "elf_reg_loss", poisoned)
+    poison_loss(monkeypatch, call=3, factor=float("nan"))
     with pytest.raises(TrainingDiverged, match="non-finite loss at step 3"):
         train(cfg, EXAMPLES)
     ckpt = open_checkpoint(cfg.train.out_dir)

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from train_helpers import EXAMPLES, metrics
+from train_helpers import EXAMPLES, metrics, poison_loss
 
 from elfreg.checkpoint import open_checkpoint
 from elfreg.train import step as step_module
@@ -62,17 +62,7 @@ def test_non_finite_loss_raises_and_leaves_the_weights_alone(tiny_cfg, monkeypat
     train_step(run, 0)
     weights = {k: v.clone() for k, v in run.student.state_dict().items()}
     ema = {k: v.clone() for k, v in run.ema.state_dict().items()}
-    real = step_module.elf_reg_loss
-    calls = {"n": 0}
-
-    def poisoned_second_micro_batch(*args, **kwargs):
-        calls["n"] += 1
-        out = real(*args, **kwargs)
-        if calls["n"] == 2:
-            out.total = out.total * float("inf")
-        return out
-
-    monkeypatch.setattr(step_module, "elf_reg_loss", poisoned_second_micro_batch)
+    poison_loss(monkeypatch, call=2, factor=float("inf"))  # the second micro-batch of step 2
     with pytest.raises(TrainingDiverged, match="non-finite loss at step 2.*none yet"):
         train_step(run, 1)
     assert all(torch.equal(v, weights[k]) for k, v in run.student.state_dict().items())
