@@ -15,10 +15,11 @@ import time
 
 import torch
 
+from elfreg.config import SAMPLERS, SampleConfig
 from elfreg.device import resolve_device, use_bf16
 from elfreg.model.presets import PRESETS
 from elfreg.model.student import Student
-from elfreg.sampling import SAMPLERS, SamplingOptions, StudentNetwork, run_sampler
+from elfreg.sampling import StudentNetwork, run_sampler
 
 
 def main() -> None:
@@ -53,9 +54,9 @@ def main() -> None:
     seeds = list(range(args.batch))
     print(f"{args.preset} on {device} ({'bf16' if bf16 else 'fp32'}), canvas {args.canvas}, prompt {args.prompt_len}, "
           f"batch {args.batch}, N = {args.nfe}")
-    run_sampler(net, states, mask, seeds, SamplingOptions(nfe=2))  # warm-up
+    run_sampler(net, states, mask, seeds, SampleConfig(nfe=2))  # warm-up
     for sampler in args.samplers:
-        options = SamplingOptions(sampler=sampler, nfe=args.nfe, adaptive_patience=2, adaptive_interval=4)
+        options = SampleConfig(sampler=sampler, nfe=args.nfe, adaptive_patience=2, adaptive_interval=4)
         if device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()

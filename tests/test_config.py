@@ -64,3 +64,28 @@ def test_exponent_floats_without_a_dot_are_floats(tmp_path):
         Config.load(path, ["train.lr=2e-3x"])
     with pytest.raises(ConfigError, match="train.steps"):
         Config.load(path, ["train.steps=1e3"])
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    ("train.ckpt_every=0", "train.ckpt_every"), ("train.log_every=0", "train.log_every"),
+    ("train.warmup_steps=-10", "train.warmup_steps"), ("train.min_lr_ratio=1.5", "train.min_lr_ratio"),
+    ("train.grad_clip=0", "train.grad_clip"), ("train.out_dir=' '", "train.out_dir"),
+    ("data.limit=-1", "data.limit"), ("data.source=jsonl", "data.path"), ("loss.repa_weight=-1", "loss.repa_weight"),
+    ("sample.nfe=1", "sample.nfe"), ("sample.sampler=ddim", "sample.sampler"), ("eval.samples=0", "eval.samples"),
+    ("eval.nfes=[16,1]", "eval.nfes"), ("train.lr=null", "train.lr"),
+])
+def test_every_out_of_range_value_fails_before_anything_runs(tmp_path, override, key):
+    with pytest.raises(ConfigError) as err:
+        Config.load(_write(tmp_path, {}), [override])
+    assert str(err.value).startswith(f"config error: {key}:") and "\n" not in str(err.value)
+
+
+def test_sample_and_eval_settings_replace_and_sweep():
+    cfg = Config.from_dict({"sample": {"nfe": 16}, "eval": {"nfes": [4, 8], "samplers": ["full-span", "renoise"]}})
+    grid = cfg.eval.grid(cfg.sample)
+    assert [(s.sampler, s.nfe) for s in grid] == [("full-span", 4), ("full-span", 8), ("renoise", 4), ("renoise", 8)]
+    assert all(s.rho == cfg.sample.rho for s in grid)
+    assert [s.nfe for s in Config().eval.grid(cfg.sample)] == [16]  # empty sweep: the sample section's value
+    assert cfg.sample.replace(nfe=None, rho=4) == cfg.sample.replace(rho=4)  # None means "not given"
+    with pytest.raises(ConfigError, match="sample: unknown"):
+        cfg.sample.replace(steps=3)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from elfreg.config import Config, ConfigError, LossConfig, ModelConfig, teacher_needed
+from elfreg.config import Config, ConfigError, ModelConfig, needs_teacher
 from elfreg.model.presets import PRESETS, build_on_meta, student_from_config
 from elfreg.model.student import Student
 
@@ -14,13 +14,13 @@ SMALL = ModelConfig(width=16, depth=2, heads=2, repa_block=1, projector_hidden=8
 @pytest.mark.parametrize(("repa", "token"), SWITCHES)
 def test_teacher_is_needed_exactly_for_repa_or_the_reg_token(repa, token):
     expected = repa or token == "reg"
-    assert teacher_needed(repa, token) is expected
-    assert LossConfig(repa=repa, extra_token=token).needs_teacher is expected
+    assert needs_teacher(repa, token) is expected
+    assert Config.from_dict({"loss": {"repa": repa, "extra_token": token}}).needs_teacher is expected
 
 
 @pytest.mark.parametrize(("repa", "token"), SWITCHES)
 def test_config_student_and_presets_follow_the_rule(repa, token):
-    needed = teacher_needed(repa, token)
+    needed = needs_teacher(repa, token)
     loss = {"repa": repa, "extra_token": token}
     if needed:
         with pytest.raises(ConfigError, match="text.teacher"):
@@ -39,4 +39,4 @@ def test_config_student_and_presets_follow_the_rule(repa, token):
 def test_presets_get_a_teacher_width_only_when_they_need_one():
     for name, preset in PRESETS.items():
         student = build_on_meta(name, enc_dim=8, vocab_size=64, teacher_dim=12)
-        assert (student.teacher_dim == 12) is teacher_needed(preset.repa, preset.extra_token), name
+        assert (student.teacher_dim == 12) is needs_teacher(preset.repa, preset.extra_token), name

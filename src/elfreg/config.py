@@ -7,6 +7,7 @@ Validation errors are one line naming the offending key, e.g.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import re
 import types
@@ -79,14 +80,11 @@ class LossConfig:
     repa_weight: float = 0.5
     reg_weight: float = 0.1
 
-    @property
-    def needs_teacher(self) -> bool:
-        return teacher_needed(self.repa, self.extra_token)
 
-
-def teacher_needed(repa: bool, extra_token: str) -> bool:
-    """REPA and the REG token both take their targets from the frozen teacher (spec §3); a run
-    with neither never loads it."""
+def needs_teacher(repa: bool, extra_token: str) -> bool:
+    """The one rule for when the frozen teacher is needed: REPA is on or the REG token is used
+    (spec §3). The student then has a teacher-width projector or REG head, and training loads
+    the teacher; otherwise the teacher is never loaded."""
     return repa or extra_token == "reg"
 
 
@@ -132,19 +130,91 @@ class TrainConfig:
     progress: bool = True
 
 
+SAMPLERS = ("early-stop", "full-span", "renoise", "adaptive")
+
+
 @dataclass
 class SampleConfig:
-    """Inference defaults (spec §4)."""
+    """Sampler settings (spec §4, §8): the one place they are defined. ``elfreg sample`` and
+    ``elfreg eval`` take each field as a flag of the same name (``--renoise-eta``), whose help is
+    the field's ``help`` metadata."""
 
-    sampler: Literal["early-stop", "full-span", "renoise", "adaptive"] = "early-stop"
-    nfe: int = 64
-    rho: int = 8
-    sc_cfg: float = 3.0
-    prompt_cfg: float = 1.0
-    renoise_eta: float = 1.2
-    renoise_power: float = 0.5
-    adaptive_patience: int = 2
-    adaptive_interval: int = 4  # adaptive exit: check the decoded answer every K denoiser steps
+    sampler: Literal["early-stop", "full-span", "renoise", "adaptive"] = field(
+        default="early-stop", metadata={"help": "sampler (spec §4, §8)"})
+    nfe: int = field(default=64, metadata={
+        "help": "NFE budget N: N − 1 denoiser calls + 1 decode (adaptive: at most N)"})
+    rho: int = field(default=8, metadata={
+        "help": "master-grid ratio ρ (M = ρ·N points) of early-stop, re-noising, adaptive"})
+    sc_cfg: float = field(default=3.0, metadata={
+        "help": "SC-CFG scale w, a network input (GSM8K 3, code and MATH 2)"})
+    prompt_cfg: float = field(default=1.0, metadata={
+        "help": "plain prompt CFG scale; ≠ 1 adds a prompt-dropped call per step (inference-only)"})
+    renoise_eta: float = field(default=1.2, metadata={"help": "re-noising: noise scale η of the fresh noise"})
+    renoise_power: float = field(default=0.5, metadata={"help": "re-noising: schedule power p"})
+    adaptive_patience: int = field(default=2, metadata={
+        "help": "adaptive exit: stop after this many checks whose answer equals the previous one"})
+    adaptive_interval: int = field(default=4, metadata={"help": "adaptive exit: check every K denoiser steps"})
+
+    def validate(self) -> SampleConfig:
+        """Range checks (one-line :class:`ConfigError` naming the key); returns self."""
+        checks = [
+            ("sampler", self.sampler in SAMPLERS, f"must be one of {', '.join(SAMPLERS)}"),
+            ("nfe", isinstance(self.nfe, int) and self.nfe >= 2, "must be an integer >= 2"),
+            ("rho", isinstance(self.rho, int) and self.rho >= 1, "must be an integer >= 1"),
+            ("sc_cfg", self.sc_cfg > 0, "must be > 0"),
+            ("prompt_cfg", self.prompt_cfg >= 0, "must be >= 0"),
+            ("renoise_eta", self.renoise_eta >= 0, "must be >= 0"),
+            ("renoise_power", self.renoise_power > 0, "must be > 0"),
+            ("adaptive_patience", self.adaptive_patience >= 1, "must be >= 1"),
+            ("adaptive_interval", self.adaptive_interval >= 1, "must be >= 1"),
+        ]
+        for key, ok, why in checks:
+            if not ok:
+                raise ConfigError(f"config error: sample.{key}: {why}, got {getattr(self, key)!r}")
+        return self
+
+    def replace(self, **changes: Any) -> SampleConfig:
+        """A validated copy with ``changes``; ``None`` values are ignored (unset CLI flags)."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ConfigError(f"config error: sample: unknown key(s) {', '.join(sorted(unknown))}")
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None}).validate()
+
+
+@dataclass
+class EvalConfig:
+    """Evaluation settings (spec §5): ``elfreg eval`` and the toy demo read them. Sweeps over
+    NFE and samplers run every pair; empty lists mean the ``sample`` section's single value."""
+
+    samples: int = field(default=16, metadata={"help": "generations per problem; sample j uses seed + j"})
+    seed: int = field(default=0, metadata={"help": "seed of sample 0"})
+    limit: int = field(default=0, metadata={"help": "only the first N problems (0: all)"})
+    nfes: list[int] = field(default_factory=list, metadata={"help": "NFE sweep (empty: sample.nfe)"})
+    samplers: list[str] = field(default_factory=list, metadata={"help": "sampler sweep (empty: sample.sampler)"})
+    split: Literal["valid", "test"] = field(default="test", metadata={
+        "help": "held-out split of the toy tasks (valid for tuning; benchmarks have one split)"})
+    curve_points: int = field(default=0, metadata={
+        "help": "toy demo: held-out evaluations at evenly spaced steps during training"})
+    batch_size: int = field(default=8, metadata={"help": "samples per network batch when generating"})
+
+    def validate(self) -> EvalConfig:
+        checks = [
+            ("samples", self.samples >= 1, "must be >= 1"),
+            ("limit", self.limit >= 0, "must be >= 0 (0: all problems)"),
+            ("nfes", all(n >= 2 for n in self.nfes), "every NFE must be >= 2"),
+            ("samplers", all(s in SAMPLERS for s in self.samplers), f"each must be one of {', '.join(SAMPLERS)}"),
+            ("curve_points", self.curve_points >= 0, "must be >= 0"),
+            ("batch_size", self.batch_size >= 1, "must be >= 1"),
+        ]
+        for key, ok, why in checks:
+            if not ok:
+                raise ConfigError(f"config error: eval.{key}: {why}, got {getattr(self, key)!r}")
+        return self
+
+    def grid(self, sample: SampleConfig) -> list[SampleConfig]:
+        """Every (sampler, NFE) pair of the sweep, as sampler settings (sampler-major)."""
+        return [sample.replace(sampler=s, nfe=n) for s in self.samplers or [sample.sampler]
+                for n in self.nfes or [sample.nfe]]
 
 
 @dataclass
@@ -156,6 +226,12 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     sample: SampleConfig = field(default_factory=SampleConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    @property
+    def needs_teacher(self) -> bool:
+        """Whether training needs the frozen teacher (:func:`needs_teacher`)."""
+        return needs_teacher(self.loss.repa, self.loss.extra_token)
 
     def validate(self) -> Config:
         """Range checks that types alone cannot express; returns self."""
@@ -180,15 +256,29 @@ class Config:
             ("train.grad_accum", self.train.grad_accum >= 1, "must be >= 1"),
             ("train.lr", self.train.lr > 0, "must be > 0"),
             ("train.ema_decay", 0 <= self.train.ema_decay < 1, "must be in [0, 1)"),
-            ("sample.nfe", self.sample.nfe >= 2, "must be >= 2"),
-            ("sample.rho", self.sample.rho >= 1, "must be >= 1"),
+            ("train.warmup_steps", self.train.warmup_steps >= 0, "must be >= 0"),
+            ("train.min_lr_ratio", 0 <= self.train.min_lr_ratio <= 1, "must be in [0, 1]"),
+            ("train.weight_decay", self.train.weight_decay >= 0, "must be >= 0"),
+            ("train.grad_clip", self.train.grad_clip > 0, "must be > 0"),
+            ("train.ckpt_every", self.train.ckpt_every >= 1, "must be >= 1"),
+            ("train.log_every", self.train.log_every >= 1, "must be >= 1"),
+            ("train.out_dir", bool(self.train.out_dir.strip()), "must not be empty"),
+            ("data.limit", self.data.limit >= 0, "must be >= 0 (0: all examples)"),
+            ("data.toy_count", self.data.toy_count >= 1, "must be >= 1"),
+            ("data.toy_max_number", self.data.toy_max_number >= 2, "must be >= 2"),
+            ("data.path", self.data.source not in ("jsonl", "hf") or bool(self.data.path),
+             f"is required for data.source {self.data.source!r}"),
+            ("loss.repa_weight", self.loss.repa_weight >= 0, "must be >= 0"),
+            ("loss.reg_weight", self.loss.reg_weight >= 0, "must be >= 0"),
         ]
-        if self.loss.needs_teacher:
+        if self.needs_teacher:
             checks.append(("text.teacher", bool(self.text.teacher),
                            "REPA/REG need a teacher (set loss.repa: false and loss.extra_token: none)"))
         for key, ok, why in checks:
             if not ok:
                 raise ConfigError(f"config error: {key}: {why}")
+        self.sample.validate()
+        self.eval.validate()
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -213,6 +303,33 @@ class Config:
         for item in overrides or []:
             apply_override(data, item)
         return cls.from_dict(data)
+
+
+def add_config_flags(parser: argparse.ArgumentParser, cls: type, title: str) -> None:
+    """One ``--field-name`` flag per field of the config dataclass ``cls`` (litgpt style): choices
+    from ``Literal`` types, help from the field's ``help`` metadata. Flags default to None
+    ("not given"), so :func:`config_flag_values` returns only what the user set."""
+    group = parser.add_argument_group(title)
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        kwargs: dict[str, Any] = {"default": None, "dest": f.name,
+                                  "help": f"{f.metadata.get('help', '')} (default {default})"}
+        if typing.get_origin(hint) is Literal:
+            kwargs["choices"] = list(typing.get_args(hint))
+        elif hint is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif typing.get_origin(hint) is list:
+            kwargs.update(nargs="+", type=typing.get_args(hint)[0])
+        else:
+            kwargs["type"] = hint
+        group.add_argument("--" + f.name.replace("_", "-"), **kwargs)
+
+
+def config_flag_values(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """The fields of ``cls`` given on the command line (flags from :func:`add_config_flags`)."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if getattr(args, f.name, None) is not None}
 
 
 _FLOAT_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")

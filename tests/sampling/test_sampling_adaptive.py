@@ -3,13 +3,14 @@ import itertools
 import torch
 from sampling_stubs import ChangingNetwork, FixedNetwork, make_problem
 
-from elfreg.sampling import SamplingOptions, grid_generator, master_grid, run_sampler
+from elfreg.config import SampleConfig
+from elfreg.sampling import grid_generator, master_grid, run_sampler
 
 
 def _adaptive(nfe, interval, patience, unstable=(), batch=2, answer_key=None, **opts):
     states, mask, target, x_hat, codebook, reg_hat = make_problem(batch=batch)
     net = ChangingNetwork(x_hat, codebook, reg_hat, unstable=set(unstable))
-    options = SamplingOptions(sampler="adaptive", nfe=nfe, adaptive_interval=interval,
+    options = SampleConfig(sampler="adaptive", nfe=nfe, adaptive_interval=interval,
                               adaptive_patience=patience, **opts)
     return run_sampler(net, states, mask, list(range(batch)), options, answer_key=answer_key), net, mask, target
 
@@ -46,9 +47,9 @@ def test_patience_larger_than_budget_is_exactly_early_stop():
     nfe = 12
     states, mask, _, x_hat, codebook, reg_hat = make_problem(batch=3)
     a_net, e_net = FixedNetwork(x_hat, codebook, reg_hat), FixedNetwork(x_hat, codebook, reg_hat)
-    adaptive = SamplingOptions(sampler="adaptive", nfe=nfe, adaptive_patience=nfe + 1, adaptive_interval=1)
+    adaptive = SampleConfig(sampler="adaptive", nfe=nfe, adaptive_patience=nfe + 1, adaptive_interval=1)
     a = run_sampler(a_net, states, mask, [4, 5, 6], adaptive)
-    e = run_sampler(e_net, states, mask, [4, 5, 6], SamplingOptions(sampler="early-stop", nfe=nfe))
+    e = run_sampler(e_net, states, mask, [4, 5, 6], SampleConfig(sampler="early-stop", nfe=nfe))
     assert a.denoiser_calls.tolist() == [nfe - 1] * 3 and a.decoder_calls.tolist() == [1] * 3
     assert torch.equal(a.token_ids, e.token_ids) and torch.equal(a.exit_time, e.exit_time)
     assert len(a_net.denoise_log) == len(e_net.denoise_log)

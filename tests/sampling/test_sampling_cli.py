@@ -4,8 +4,9 @@ import shutil
 import pytest
 
 from elfreg.cli import main
+from elfreg.config import SampleConfig
 from elfreg.data.examples import Example
-from elfreg.sampling.api import generate_from_checkpoint, generate_results_from_checkpoint
+from elfreg.sampling import generate, load_checkpoint
 from elfreg.train.loop import train
 
 EXAMPLES = [Example(f"add {a} {b}", f"{a}+{b}={a + b}") for a, b in [(1, 2), (3, 4), (5, 6), (7, 1)]]
@@ -38,14 +39,17 @@ def no_teacher(monkeypatch):
 
 def test_generate_from_checkpoint_without_teacher(run_dir, no_teacher):
     prompts = ["add 1 2", "add 13 7"]
-    out = generate_from_checkpoint(str(run_dir), prompts, samples=3, nfe=5, sampler="early-stop", seed=4,
-                                   progress=False)
-    assert len(out) == 2 and all(len(row) == 3 and all(isinstance(a, str) for a in row) for row in out)
-    again = generate_from_checkpoint(str(run_dir), prompts, samples=3, nfe=5, sampler="early-stop", seed=4,
-                                     progress=False)
-    assert again == out
-    results = generate_results_from_checkpoint(run_dir, prompts, samples=1, progress=False)
+    models = load_checkpoint(str(run_dir))
+    sample = models.config.sample.replace(nfe=5, sampler="early-stop")
+    out = generate(models, prompts, sample, samples=3, seed=4, progress=False)
+    assert [(r.prompt_index, r.sample_index) for r in out] == [(i, j) for i in range(2) for j in range(3)]
+    assert all(isinstance(r.text, str) and r.nfe == 5 for r in out)
+    assert load_checkpoint(run_dir) is models  # kept in memory
+    again = generate(models, prompts, sample, samples=3, seed=4, progress=False)
+    assert [r.tokens for r in again] == [r.tokens for r in out]
+    results = generate(models, prompts, progress=False)
     # defaults from the checkpoint config: nfe 6 (set above), sampler early-stop, w = 2
+    assert models.config.sample == SampleConfig(nfe=6, sc_cfg=2.0)
     assert all(r.nfe == 6 and r.sampler == "early-stop" for r in results)
 
 
@@ -54,7 +58,7 @@ def test_cli_prints_answers_and_writes_jsonl(run_dir, no_teacher, tmp_path, caps
     traj = tmp_path / "traj"
     code = main(["sample", "--checkpoint", str(run_dir), "--prompt", "add 1 2", "--prompt", "add 5 6",
                  "--nfe", "7", "--sampler", "adaptive", "--samples", "2", "--seed", "3", "--sc-cfg", "2.5",
-                 "--patience", "100", "--out", str(out), "--trajectory-dir", str(traj), "--no-progress"])
+                 "--adaptive-patience", "100", "--out", str(out), "--trajectory-dir", str(traj), "--no-progress"])
     assert code == 0
     printed = capsys.readouterr().out
     rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -67,9 +71,9 @@ def test_cli_prints_answers_and_writes_jsonl(run_dir, no_teacher, tmp_path, caps
         assert f"sample {r['sample_index']} (seed {r['seed']}, 7 NFE): {r['text']}" in printed
     assert len(list(traj.glob("*.safetensors"))) == 4
     # the same settings through the Python API give the same answers
-    api = generate_from_checkpoint(str(run_dir), ["add 1 2", "add 5 6"], samples=2, nfe=7, sampler="adaptive",
-                                   seed=3, sc_cfg=2.5, adaptive_patience=100, progress=False)
-    assert api == [[rows[0]["text"], rows[1]["text"]], [rows[2]["text"], rows[3]["text"]]]
+    sample = SampleConfig(nfe=7, sampler="adaptive", sc_cfg=2.5, adaptive_patience=100)
+    api = generate(load_checkpoint(run_dir), ["add 1 2", "add 5 6"], sample, samples=2, seed=3, progress=False)
+    assert [r.text for r in api] == [r["text"] for r in rows]
 
 
 def test_cli_reports_usage_errors(run_dir, tmp_path, capsys):
@@ -82,3 +86,5 @@ def test_cli_reports_usage_errors(run_dir, tmp_path, capsys):
     assert main(["sample", "--checkpoint", str(run_dir), "--prompts-file", str(prompts), "--nfe", "3",
                  "--no-progress"]) == 0
     assert "prompt 0: add 2 2" in capsys.readouterr().out
+    assert main(["sample", "--checkpoint", str(run_dir), "--prompt", "x", "--nfe", "1", "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip() == "config error: sample.nfe: must be an integer >= 2, got 1"

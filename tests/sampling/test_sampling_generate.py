@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-from elfreg.config import ModelConfig
+from elfreg.config import ModelConfig, SampleConfig
 from elfreg.model.student import Student
 from elfreg.sampling import Trajectory, generate
-from elfreg.sampling.decoding import answer_token_ids
+from elfreg.sampling.generate import answer_token_ids
 from elfreg.text.load import load_frozen_text
 
 PROMPTS = ["add 1 2", "what is 13+29?", "x"]
@@ -35,9 +35,15 @@ def student(frozen):
     return _random_student(frozen)
 
 
-def _gen(student, frozen, prompts, **kw):
+SAMPLE_FIELDS = {"sampler", "nfe", "rho", "sc_cfg", "prompt_cfg", "renoise_eta", "renoise_power",
+                 "adaptive_patience", "adaptive_interval"}
+
+
+def _gen(student, frozen, prompts, record_trajectory=False, record_every=1, **kw):
     kw = {"nfe": 8, "progress": False, **kw}
-    return generate(student, frozen, prompts, **kw)
+    sample = SampleConfig(**{k: kw.pop(k) for k in list(kw) if k in SAMPLE_FIELDS})
+    return generate(student, prompts, sample, frozen_text=frozen, record_every=record_every if record_trajectory else 0,
+                    **kw)
 
 
 @pytest.mark.parametrize("sampler", ["early-stop", "full-span", "renoise", "adaptive"])
@@ -140,3 +146,8 @@ def test_answer_ends_at_the_first_eos():
     assert answer_token_ids(ids, eos_id=0) == [5, 6]
     assert answer_token_ids(torch.tensor([-1, 0, 3]), eos_id=0) == []
     assert answer_token_ids(torch.tensor([-1, 4, 3]), eos_id=0) == [4, 3]
+
+
+def test_a_student_needs_its_frozen_text(student):
+    with pytest.raises(TypeError, match="frozen_text"):
+        generate(student, PROMPTS, SampleConfig(nfe=4), progress=False)

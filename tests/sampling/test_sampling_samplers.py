@@ -4,7 +4,8 @@ import pytest
 import torch
 from sampling_stubs import FixedNetwork, make_problem
 
-from elfreg.sampling import SamplingOptions, full_span_grid, grid_generator, master_grid, run_sampler
+from elfreg.config import ConfigError, FlowConfig, SampleConfig
+from elfreg.sampling import full_span_grid, grid_generator, master_grid, run_sampler
 from elfreg.sampling.grids import power_schedule
 
 SIGMA = 2.0
@@ -13,8 +14,8 @@ SIGMA = 2.0
 def _run(sampler, nfe=64, seeds=(0, 1), rho=8, d_r=4, **opts):
     states, mask, target, x_hat, codebook, reg_hat = make_problem(batch=len(seeds), d_r=d_r)
     net = FixedNetwork(x_hat, codebook, reg_hat)
-    options = SamplingOptions(sampler=sampler, nfe=nfe, rho=rho, sigma=SIGMA, **opts)
-    out = run_sampler(net, states, mask, list(seeds), options)
+    sample = SampleConfig(sampler=sampler, nfe=nfe, rho=rho, **opts)
+    out = run_sampler(net, states, mask, list(seeds), sample, FlowConfig(sigma=SIGMA))
     return out, net, states, mask, target, x_hat, reg_hat
 
 
@@ -131,7 +132,7 @@ def test_renoise_with_eta_zero_is_deterministic():
 def test_prompt_cfg_costs_two_calls_per_step_and_guides_the_prediction():
     states, mask, _, x_hat, codebook, reg_hat = make_problem(batch=2)
     net = FixedNetwork(x_hat, codebook, reg_hat, prompt_gain=1.0)
-    out = run_sampler(net, states, mask, [0, 1], SamplingOptions(sampler="early-stop", nfe=8, prompt_cfg=2.5))
+    out = run_sampler(net, states, mask, [0, 1], SampleConfig(sampler="early-stop", nfe=8, prompt_cfg=2.5))
     assert out.denoiser_calls.tolist() == [14, 14] and out.decoder_calls.tolist() == [1, 1]
     assert out.nfe.tolist() == [15, 15]
     call = net.denoise_log[0]
@@ -152,10 +153,22 @@ def test_counting_is_per_sample_and_students_without_reg_work():
     assert all(call["z"].shape[0] == 3 for call in net.denoise_log)  # one batched forward per step
 
 
-def test_options_are_validated():
-    with pytest.raises(ValueError, match="sampler"):
-        SamplingOptions(sampler="ddim")
-    with pytest.raises(ValueError, match="nfe"):
-        SamplingOptions(nfe=1)
-    with pytest.raises(ValueError, match="adaptive_patience"):
-        SamplingOptions(adaptive_patience=0)
+def test_settings_are_validated_with_the_key_named():
+    states, mask, _, x_hat, codebook, reg_hat = make_problem(batch=1)
+    net = FixedNetwork(x_hat, codebook, reg_hat)
+    for bad, key in ((dict(sampler="ddim"), "sample.sampler"), (dict(nfe=1), "sample.nfe"),
+                     (dict(adaptive_patience=0), "sample.adaptive_patience"), (dict(rho=0), "sample.rho")):
+        with pytest.raises(ConfigError, match=key):
+            run_sampler(net, states, mask, [0], SampleConfig(**bad))
+        with pytest.raises(ConfigError, match=key):
+            SampleConfig().replace(**bad)
+    assert not net.denoise_log  # nothing ran
+
+
+def test_every_configurable_sampler_has_exactly_one_spec():
+    from typing import get_args, get_type_hints
+
+    from elfreg.config import SAMPLERS
+    from elfreg.sampling import SAMPLER_SPECS
+
+    assert tuple(SAMPLER_SPECS) == SAMPLERS == get_args(get_type_hints(SampleConfig)["sampler"])

@@ -136,7 +136,7 @@ def test_larger_number_range() -> None:
 
 
 def test_extract_final() -> None:
-    assert A.extract_final("a 3 + 4 = 7 b\n#### 7") == "7"
-    assert A.extract_final("no marker, 3 + 4 = 8") == "8"
-    assert A.extract_final("nothing") is None
-    assert A.extract_final("#### 007") == "7"
+    assert A.final_answer("a 3 + 4 = 7 b\n#### 7") == "7"
+    assert A.final_answer("no marker, 3 + 4 = 8") == "8"
+    assert A.final_answer("nothing") is None
+    assert A.is_correct("#### 007", {"final": "7"}) and not A.is_correct("#### 8", {"final": "7"})

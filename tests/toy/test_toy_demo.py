@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from elfreg.cli import main
-from elfreg.config import ConfigError
+from elfreg.config import Config, ConfigError
 from elfreg.device import resolve_precision
-from elfreg.toy.demo import DemoPlan, demo_config, token_match
+from elfreg.toy.demo import DEMO, demo_config, token_match, variant_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -20,43 +20,49 @@ def test_token_match_counts_gold_positions():
     assert token_match([], [5, 0]) == 0.0
 
 
-def test_demo_configs_differ_only_in_the_training_signals(tmp_path):
-    plan = DemoPlan(out_dir=tmp_path)
-    reg, elf = demo_config(plan, "elf-reg"), demo_config(plan, "elf")
+def test_demo_variants_differ_only_in_the_training_signals(tmp_path):
+    cfg = demo_config()
+    reg, elf = variant_config(cfg, "elf-reg", tmp_path), variant_config(cfg, "elf", tmp_path)
     assert (reg.loss.repa, reg.loss.extra_token) == (True, "reg")
-    assert (elf.loss.repa, elf.loss.extra_token) == (False, "none")
+    assert (elf.loss.repa, elf.loss.extra_token) == (False, "none") and not elf.needs_teacher
     assert reg.model == elf.model and reg.train.steps == elf.train.steps and reg.data == elf.data
+    assert (reg.train.out_dir, elf.train.out_dir) == (str(tmp_path / "elf-reg"), str(tmp_path / "elf"))
 
 
-def test_plan_files_are_read_strictly(tmp_path):
-    path = tmp_path / "plan.yaml"
-    path.write_text("level: 2\nsteps: 40\nnfes: [4, 64]\ncanvas_len: 104\nprompt_cap: 48\n")
-    plan = DemoPlan.from_file(path, out_dir="x")
-    assert (plan.level, plan.steps, plan.nfes, plan.out_dir) == (2, 40, [4, 64], "x")
-    cfg = demo_config(plan, "elf-reg")
-    assert (cfg.data.toy_level, cfg.text.canvas_len, cfg.text.prompt_cap) == (2, 104, 48)
-    for bad, key in (("stepz: 3\n", "stepz"), ("nfes: [4, x]\n", "nfes"), ("level: one\n", "level")):
-        path.write_text(bad)
+def test_the_default_demo_is_the_documented_budget():
+    cfg = demo_config()
+    assert (cfg.model.width, cfg.model.depth, cfg.train.steps, cfg.train.batch_size, cfg.train.lr) == (
+        128, 4, 2400, 32, 3e-3)
+    assert [s.nfe for s in cfg.eval.grid(cfg.sample)] == [4, 8, 16, 32, 4, 8, 16, 32]
+    quick = demo_config(quick=True)
+    assert quick.text.encoder == "toy-quick:encoder" and quick.eval.limit == 48 and quick.train.steps == 150
+
+
+def test_demo_settings_are_a_strict_run_config(tmp_path):
+    cfg = demo_config(overrides=["data.toy_level=2", "eval.nfes=[4,64]", "text.canvas_len=104"])
+    assert (cfg.data.toy_level, cfg.eval.nfes, cfg.text.canvas_len) == (2, [4, 64], 104)
+    for bad, key in (("eval.nfez=[4]", "eval.nfez"), ("eval.nfes=[4,x]", "eval.nfes"),
+                     ("eval.nfes=[1]", "eval.nfes"), ("eval.curve_points=-1", "eval.curve_points"),
+                     ("eval.samplers=[ddim]", "eval.samplers"), ("train.steps=-5", "train.steps")):
         with pytest.raises(ConfigError, match=key):
-            DemoPlan.from_file(path)
-    path.write_text("level: 3\n")
-    with pytest.raises(ValueError, match="level"):
-        DemoPlan.from_file(path)
-    path.write_text("curve_points: -1\n")
-    with pytest.raises(ValueError, match="curve_points"):
-        DemoPlan.from_file(path)
+            demo_config(overrides=[bad])
+    path = tmp_path / "plan.yaml"
+    path.write_text(json.dumps({**DEMO, "eval": {"split": "tuning"}}))
+    with pytest.raises(ConfigError, match="eval.split"):
+        demo_config(path=str(path))
 
 
-def test_cli_step_override_is_checked(tmp_path):
-    with pytest.raises(ValueError, match="steps"):
-        main(["demo", "--quick", "--steps", "-5", "--out", str(tmp_path / "d"), "--no-progress"])
+def test_cli_overrides_are_checked_before_anything_is_written(tmp_path):
+    with pytest.raises(ConfigError, match="train.steps"):
+        main(["demo", "--quick", "train.steps=-5", "--out", str(tmp_path / "d"), "--no-progress"])
     assert not (tmp_path / "d").exists()
 
 
 @pytest.mark.parametrize("name", ["toy-study-level1.yaml", "toy-study-level2.yaml"])
-def test_study_plans_load(name):
-    plan = DemoPlan.from_file(CONFIGS / name)
-    assert plan.compare and plan.curve_points > 0 and 16 in plan.nfes and 64 in plan.nfes
+def test_study_configs_load(name):
+    cfg = Config.load(CONFIGS / name)
+    assert cfg.eval.curve_points > 0 and 16 in cfg.eval.nfes and 64 in cfg.eval.nfes
+    assert cfg.text.encoder == "toy:encoder" and cfg.data.source == "toy-arith"
 
 
 def test_demo_quick_end_to_end(tmp_path, monkeypatch):
@@ -69,10 +75,14 @@ def test_demo_quick_end_to_end(tmp_path, monkeypatch):
     model = report["models"]["elf-reg"]
     assert model["config"]["loss"]["extra_token"] == "reg"
     rows = model["results"]
-    assert {r["sampler"] for r in rows} == {"early-stop", "full-span"}
+    assert [(r["sampler"], r["nfe"]) for r in rows] == [("early-stop", 4), ("early-stop", 16),
+                                                        ("full-span", 4), ("full-span", 16)]
     for r in rows + [model["untrained"]]:
         assert all(math.isfinite(v) and 0 <= v <= 1 for v in r["per_seed"] + [r["mean"], r["token_match"]])
         assert r["nfe_used"] <= r["nfe"]
+        # pass@1 ± the sample std (n − 1) over the two sampling seeds
+        a, b = r["per_seed"]
+        assert r["mean"] == pytest.approx((a + b) / 2) and r["std"] == pytest.approx(abs(a - b) / math.sqrt(2))
     assert math.isfinite(report["baselines"]["teacher_greedy"]["pass@1"])
     assert report["precision"]["resolved"] == resolve_precision("cpu")
     assert (out / "table.txt").read_text().startswith(f"precision: {report['precision']['resolved']} (")

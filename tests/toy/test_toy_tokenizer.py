@@ -8,6 +8,7 @@ import re
 import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+from elfreg.text.tokenizer import load_tokenizer
 from elfreg.toy import corpus as TC
 from elfreg.toy import tokenizer as TT
 
@@ -41,7 +42,7 @@ def test_loads_with_auto_tokenizer(tok_dir) -> None:
 
 
 def test_digits_are_single_tokens(tok_dir) -> None:
-    tok = TT.load_tokenizer(tok_dir)
+    tok = load_tokenizer(str(tok_dir))
     for piece in tok.get_vocab():
         if re.search(r"\d", piece):
             assert re.fullmatch(r"\d", piece), piece
@@ -51,7 +52,7 @@ def test_digits_are_single_tokens(tok_dir) -> None:
 
 
 def test_round_trip(tok_dir, corpus) -> None:
-    tok = TT.load_tokenizer(tok_dir)
+    tok = load_tokenizer(str(tok_dir))
     texts = [TC.lm_text(e) for e in corpus]
     texts += ["  odd   spacing\tand tabs\n\n", "Ünïcödé → 数字 42", "def f(x):\n    return [v*2 for v in x]"]
     for text, ids in zip(texts, tok(texts)["input_ids"], strict=True):
@@ -61,7 +62,7 @@ def test_round_trip(tok_dir, corpus) -> None:
 
 
 def test_prompt_answer_boundary_is_stable(tok_dir, corpus) -> None:
-    tok = TT.load_tokenizer(tok_dir)
+    tok = load_tokenizer(str(tok_dir))
     joint = tok([TC.lm_text(e) for e in corpus])["input_ids"]
     prompts = tok([TC.lm_prompt(e) for e in corpus])["input_ids"]
     answers = tok([e["answer"] for e in corpus])["input_ids"]

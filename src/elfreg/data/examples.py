@@ -3,11 +3,11 @@ package registers (:mod:`elfreg.plugins`; elfreg's toy tasks are registered that
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import DataConfig
+from ..jsonl import iter_jsonl
 from ..plugins import DATA_SOURCES, lookup, registered_names
 
 
@@ -18,18 +18,15 @@ class Example:
 
 
 def read_jsonl_examples(path: str | Path, prompt_field: str, answer_field: str) -> list[Example]:
-    """Read (prompt, answer) pairs from JSONL; a bad line fails with its line number."""
+    """Read (prompt, answer) pairs from JSONL; a bad line fails with its line number. Both fields
+    must be strings: a null or a number is an error, never the text "None"."""
     out = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                out.append(Example(str(row[prompt_field]), str(row[answer_field])))
-            except (json.JSONDecodeError, KeyError, TypeError) as err:
-                raise ValueError(f"{path}:{lineno}: expected a JSON object with '{prompt_field}' and "
-                                 f"'{answer_field}' ({err.__class__.__name__}: {err})") from None
+    for lineno, row in iter_jsonl(path):
+        for key in (prompt_field, answer_field):
+            if not isinstance(row.get(key), str):
+                got = "missing" if key not in row else f"{type(row[key]).__name__} {row[key]!r}"
+                raise ValueError(f"{path}:{lineno}: field '{key}' must be a string, got {got}")
+        out.append(Example(row[prompt_field], row[answer_field]))
     return out
 
 

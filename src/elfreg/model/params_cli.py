@@ -27,7 +27,7 @@ def _frozen_dims(cfg: Config) -> tuple[int, int, int | None]:
     text = resolve_model_ids(cfg.text)
     enc_dim, vocab = _width_and_vocab(text.encoder, text.encoder_revision)
     teacher = None
-    if text.teacher and cfg.loss.needs_teacher:
+    if text.teacher and cfg.needs_teacher:
         teacher = _width_and_vocab(text.teacher, text.teacher_revision)[0]
     return enc_dim, vocab, teacher
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..config import Config, ModelConfig, teacher_needed
+from ..config import Config, ModelConfig, needs_teacher
 from .student import ExtraToken, Student
 
 QWEN3_VOCAB = 151_936
@@ -53,12 +53,11 @@ def build_on_meta(name: str, enc_dim: int = QWEN3_0_6B_WIDTH, vocab_size: int = 
         raise KeyError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
     p = PRESETS[name]
     with torch.device("meta"):
-        return Student(p.model, enc_dim, vocab_size,
-                       teacher_dim if teacher_needed(p.repa, p.extra_token) else None,
+        return Student(p.model, enc_dim, vocab_size, teacher_dim if needs_teacher(p.repa, p.extra_token) else None,
                        extra_token=p.extra_token, repa=p.repa)
 
 
 def student_from_config(cfg: Config, enc_dim: int, vocab_size: int, teacher_dim: int | None) -> Student:
     """The student a run config describes, sized to its frozen encoder (and teacher)."""
-    return Student(cfg.model, enc_dim, vocab_size, teacher_dim if cfg.loss.needs_teacher else None,
+    return Student(cfg.model, enc_dim, vocab_size, teacher_dim if cfg.needs_teacher else None,
                    extra_token=cfg.loss.extra_token, repa=cfg.loss.repa)

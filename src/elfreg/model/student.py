@@ -19,7 +19,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from ..config import ModelConfig, teacher_needed
+from ..config import ModelConfig, needs_teacher
 from .blocks import Block, RMSNorm, ScalarEmbedder, rope_tables
 
 ExtraToken = Literal["reg", "learned", "none"]
@@ -33,6 +33,11 @@ class StudentOutput:
     repa: torch.Tensor | None  # (B, L + [1 if REG], D_teacher) p_φ(u^(ℓ)); REG position last
 
 
+# Position of the REG token (or the learned OLT token) in the in-context prefix: after the time,
+# SC-CFG scale and decode-mode tokens (the prefix is built in that order in ``forward``).
+EXTRA_TOKEN = 3
+
+
 class Student(nn.Module):
     def __init__(
         self,
@@ -44,7 +49,7 @@ class Student(nn.Module):
         repa: bool = True,
     ):
         super().__init__()
-        if teacher_needed(repa, extra_token) and teacher_dim is None:
+        if needs_teacher(repa, extra_token) and teacher_dim is None:
             raise ValueError("REPA and REG need teacher_dim (the teacher's hidden width)")
         width = cfg.width
         mlp_hidden = cfg.mlp_hidden or (8 * width) // 3
@@ -70,7 +75,7 @@ class Student(nn.Module):
                                            nn.Linear(p, teacher_dim))
         self.dec_proj = nn.Linear(width, enc_dim)
         self.vocab_head = nn.Linear(enc_dim, vocab_size, bias=False)
-        self.n_prefix = 3 + (extra_token != "none")
+        self.n_prefix = EXTRA_TOKEN + (extra_token != "none")
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -140,14 +145,14 @@ class Student(nn.Module):
         h = self.out_norm(h)
         hidden = h[:, self.n_prefix:]
         x_hat = torch.where(prompt_mask[..., None], z, self.out_x(hidden).float())
-        reg_hat = self.reg_out(h[:, 3]).float() if self.extra_token == "reg" else None
+        reg_hat = self.reg_out(h[:, EXTRA_TOKEN]).float() if self.extra_token == "reg" else None
         repa_out = None
         if want_repa:
             if not self.use_repa:
                 raise ValueError("this student was built without a REPA projector")
             u = repa_states[:, self.n_prefix:]
             if self.extra_token == "reg":
-                u = torch.cat([u, repa_states[:, 3:4]], dim=1)
+                u = torch.cat([u, repa_states[:, EXTRA_TOKEN:EXTRA_TOKEN + 1]], dim=1)
             repa_out = self.projector(u).float()
         return StudentOutput(x_hat=x_hat, reg_hat=reg_hat, hidden=hidden, repa=repa_out)
 

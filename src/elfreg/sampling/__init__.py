@@ -1,5 +1,6 @@
-"""Sampling (spec §4, §8): time grids, Eq. 12 updates, early-stop / full-span / re-noising /
-adaptive-exit samplers, NFE counting, trajectories and the generation API.
+"""Sampling (spec §4, §8): time grids, the Eq. 12 update loop shared by every sampler
+(early-stop, full-span, re-noising, adaptive exit), NFE counting, trajectories, and
+:func:`generate`, the one way from prompts to answers.
 
 Public names are imported lazily so that ``elfreg --help`` does not load the model stack.
 """
@@ -15,20 +16,17 @@ _EXPORTS = {
     "power_schedule": "grids",
     "grid_generator": "grids",
     "nominal_snr": "grids",
-    "SamplingOptions": "options",
-    "SAMPLERS": "options",
     "Network": "network",
     "StudentNetwork": "network",
-    "CountingNetwork": "counting",
-    "SamplerOutput": "context",
+    "CountingNetwork": "network",
+    "SAMPLER_SPECS": "samplers",
+    "SamplerOutput": "samplers",
     "run_sampler": "samplers",
     "Trajectory": "trajectory",
-    "GenerationResult": "generation",
-    "generate": "generation",
-    "generate_with_options": "generation",
-    "generate_from_checkpoint": "api",
-    "generate_results_from_checkpoint": "api",
-    "load_for_sampling": "api",
+    "GenerationResult": "generate",
+    "SamplingModels": "generate",
+    "generate": "generate",
+    "load_checkpoint": "generate",
 }
 
 __all__ = sorted(_EXPORTS)

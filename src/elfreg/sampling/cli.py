@@ -1,11 +1,12 @@
 """``elfreg sample``: answers for prompts from a checkpoint (spec §4).
 
     elfreg sample --checkpoint RUN_DIR --prompt "..." [--prompt "..."] [--prompts-file FILE]
-                  [--nfe 64] [--sampler early-stop] [--samples 1] [--seed 0] [--sc-cfg 3]
-                  [--out answers.jsonl] [--trajectory-dir DIR]
+                  [--samples 1] [--seed 0] [--out answers.jsonl] [--trajectory-dir DIR]
+                  [--sampler early-stop] [--nfe 64] [--sc-cfg 3] [every other sample.* setting]
 
-Unset sampler settings come from the checkpoint's config. Prints every answer with the NFE it
-used; ``--out`` writes one JSON object per sample.
+Every sampler setting is a flag named after its field of ``SampleConfig`` (``--renoise-eta``,
+``--adaptive-patience``, ...); unset ones come from the checkpoint's config. Prints every answer
+with the NFE it used; ``--out`` writes one JSON object per sample.
 """
 
 from __future__ import annotations
@@ -15,19 +16,25 @@ import json
 import sys
 from pathlib import Path
 
-from .options import SAMPLERS
+from ..config import ConfigError, SampleConfig, add_config_flags, config_flag_values
+from ..device import PRECISIONS
+from ..jsonl import iter_jsonl
 
 
 def _read_prompts(path: str) -> list[str]:
     """One prompt per line of a text file, or the ``prompt`` field of each line of a .jsonl file."""
-    lines = [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
     if path.endswith(".jsonl"):
-        return [str(json.loads(line)["prompt"]) for line in lines]
-    return lines
+        prompts = []
+        for lineno, record in iter_jsonl(path):
+            if not isinstance(record.get("prompt"), str):
+                raise ValueError(f"{path}:{lineno}: expected a string field 'prompt'")
+            prompts.append(record["prompt"])
+        return prompts
+    return [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def run(args: argparse.Namespace) -> int:
-    from .api import generate_results_from_checkpoint
+    from .generate import generate, load_checkpoint
 
     prompts = list(args.prompt or [])
     if args.prompts_file:
@@ -35,16 +42,14 @@ def run(args: argparse.Namespace) -> int:
     if not prompts:
         print("error: give at least one --prompt or a --prompts-file", file=sys.stderr)
         return 2
-    options = dict(sc_cfg=args.sc_cfg, prompt_cfg=args.prompt_cfg, rho=args.rho, renoise_eta=args.eta,
-                   renoise_power=args.power, adaptive_patience=args.patience, adaptive_interval=args.check_every)
     try:
-        results = generate_results_from_checkpoint(
-            args.checkpoint, prompts, args.samples, args.nfe, args.sampler, args.seed, batch_size=args.batch_size,
-            device=args.device, precision=args.precision, use_ema=not args.raw_weights,
-            record_every=args.record_every if args.trajectory_dir else 0, progress=not args.no_progress,
-            **options)
-    except (FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        models = load_checkpoint(args.checkpoint, args.device, args.precision, use_ema=not args.raw_weights)
+        sample = models.config.sample.replace(**config_flag_values(args, SampleConfig))
+        results = generate(models, prompts, sample, samples=args.samples, seed=args.seed, batch_size=args.batch_size,
+                           record_every=args.record_every if args.trajectory_dir else 0,
+                           progress=not args.no_progress)
+    except (FileNotFoundError, ValueError) as err:  # ConfigError is a ValueError
+        print(err if isinstance(err, ConfigError) else f"error: {err}", file=sys.stderr)
         return 2
 
     for r in results:
@@ -76,24 +81,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint", required=True, help="run folder, checkpoints folder or one checkpoint")
     p.add_argument("--prompt", action="append", help="a prompt (repeatable)")
     p.add_argument("--prompts-file", help="prompts: one per line, or a .jsonl file with a 'prompt' field")
-    p.add_argument("--nfe", type=int, default=None, help="NFE budget N (default: the config's, 64)")
-    p.add_argument("--sampler", choices=SAMPLERS, default=None, help="default: the config's (early-stop)")
     p.add_argument("--samples", type=int, default=1, help="samples per prompt; sample j uses seed + j")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--sc-cfg", type=float, default=None, help="SC-CFG scale w")
-    p.add_argument("--prompt-cfg", type=float, default=None,
-                   help="plain prompt CFG scale (1 = off; otherwise two calls per step, inference-only)")
-    p.add_argument("--rho", type=int, default=None, help="master-grid ratio rho (M = rho*N)")
-    p.add_argument("--eta", type=float, default=None, help="re-noising noise scale eta")
-    p.add_argument("--power", type=float, default=None, help="re-noising schedule power p")
-    p.add_argument("--patience", type=int, default=None, help="adaptive: unchanged checks needed to stop")
-    p.add_argument("--check-every", type=int, default=None, help="adaptive: check every K denoiser steps")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--device", default="auto")
-    p.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto")
+    p.add_argument("--precision", choices=PRECISIONS, default="auto")
     p.add_argument("--raw-weights", action="store_true", help="use the raw weights instead of the EMA")
     p.add_argument("--out", help="write one JSON object per sample to this .jsonl file")
     p.add_argument("--trajectory-dir", help="save one trajectory file (.safetensors) per sample here")
     p.add_argument("--record-every", type=int, default=1, help="trajectory: record every k-th step")
     p.add_argument("--no-progress", action="store_true")
+    add_config_flags(p, SampleConfig, "sampler settings (sample.* of the config; default: the checkpoint's)")
     p.set_defaults(func=run)

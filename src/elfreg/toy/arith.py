@@ -32,6 +32,8 @@ import random
 import re
 from dataclasses import dataclass
 
+from elfreg.eval.gsm8k import extract_gsm8k_answer, numbers_equal
+
 SPLITS = ("train", "valid", "test")
 
 _NAMES = (
@@ -50,7 +52,6 @@ _PUT_VERBS = ("puts", "adds", "places")
 _TAKE_VERBS = ("takes", "removes", "pulls")
 
 _EQ_RE = re.compile(r"(\d+) ([+-]) (\d+) = (\d+)")
-_FINAL_RE = re.compile(r"####\s*(-?\d+)")
 _NUMBER_RE = re.compile(r"-?\d+")
 
 
@@ -302,13 +303,15 @@ def sample(split: str, level: int, n: int, seed: int = 0, cfg: ArithConfig | Non
     raise ValueError(f"level must be 1 or 2, got {level}")
 
 
-def extract_final(text: str) -> str | None:
-    """The final answer of a generated rationale: the number after ``####``, else the last number."""
-    m = _FINAL_RE.search(text)
-    if m:
-        return str(int(m.group(1)))
-    nums = _NUMBER_RE.findall(text)
-    return str(int(nums[-1])) if nums else None
+def final_answer(text: str) -> str | None:
+    """The final number of a rationale, read as the GSM8K scorer reads it: the one extractor of
+    the toy task, for training answers, the student's samples and the frozen LMs' outputs alike."""
+    return extract_gsm8k_answer(text)
+
+
+def is_correct(text: str, problem: dict) -> bool:
+    """Whether ``text`` ends in the problem's final answer (numerically equal)."""
+    return numbers_equal(final_answer(text), problem["final"])
 
 
 def verify_example(ex: dict) -> list[str]:

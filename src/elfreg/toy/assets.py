@@ -26,9 +26,10 @@ from pathlib import Path
 
 from elfreg.device import resolve_precision
 from elfreg.paths import cache_dir as default_cache_dir
+from elfreg.text.tokenizer import load_tokenizer
 from elfreg.toy.corpus import ToyTaskConfig, lm_text, train_examples
 from elfreg.toy.lm import ToyLMConfig, lm_loss, pretrain_lm
-from elfreg.toy.tokenizer import DEFAULT_VOCAB_SIZE, load_tokenizer, save_tokenizer, train_tokenizer
+from elfreg.toy.tokenizer import DEFAULT_VOCAB_SIZE, save_tokenizer, train_tokenizer
 
 FORMAT_VERSION = 1
 """Bump when the build procedure changes in a way that should invalidate old caches."""
@@ -164,7 +165,7 @@ def _build_into(root: Path, settings: dict, task_config: ToyTaskConfig, encoder:
     texts = [lm_text(e) for e in examples]
     t0 = time.perf_counter()
     save_tokenizer(train_tokenizer(texts, vocab_size), root / "tokenizer")
-    tokenizer = load_tokenizer(root / "tokenizer")
+    tokenizer = load_tokenizer(str(root / "tokenizer"))
     report: dict = {"vocab_size": len(tokenizer), "tokenizer_seconds": round(time.perf_counter() - t0, 2),
                     "corpus_size": corpus_size}
     for name, cfg in (("encoder", encoder), ("teacher", teacher)):

@@ -2,122 +2,105 @@
 
 1. build (or reuse) the toy tokenizer and the tiny frozen encoder/teacher LMs;
 2. train an ELF-REG student (and with ``--compare`` the plain ELF baseline on the same budget)
-   on one-step problems of the training split;
-3. evaluate on held-out one-step problems whose number combinations never occur in training,
-   with prefix early-stop and full-span at several NFE, pass@1 ± std over sampling seeds, scored
-   by the GSM8K extractor;
+   on the training split of the toy task;
+3. evaluate on held-out problems whose number combinations never occur in training, at every
+   (sampler, NFE) pair of ``eval.samplers`` × ``eval.nfes``, pass@1 ± the sample std over
+   ``eval.samples`` sampling seeds, scored by the GSM8K extractor;
 4. print a table beside a trivial baseline (most frequent training answer), the untrained
-   student and the teacher LM's greedy accuracy; write ``results.json`` (with the resolved
-   configs), ``table.txt`` and ``pass1_vs_nfe.png`` into the output folder.
+   student and the frozen LMs' greedy accuracy (scored by the same extractor); write
+   ``results.json`` (with the resolved config), ``table.txt`` and the figures into ``--out``.
 
-Training is resumable: running the same command again continues or reuses finished runs.
+The demo's settings are an ordinary run config (:func:`demo_config`, or ``--config FILE`` such as
+``configs/toy-study-level1.yaml``) whose ``eval`` section says what to measure; ``key=value``
+overrides work as for ``elfreg train``. Training is resumable: running the same command again
+continues or reuses finished runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import copy
 import json
 import os
 import statistics
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import yaml
 
 from elfreg.checkpoint import open_checkpoint, resolve_checkpoint
-from elfreg.config import Config, build_dataclass
+from elfreg.config import Config, SampleConfig, apply_override
 from elfreg.device import PRECISION_ENV, cpu_has_native_bf16, resolve_precision
-from elfreg.eval.gsm8k import extract_gsm8k_answer, numbers_equal
+from elfreg.eval.passk import summarize
+from elfreg.jsonl import append_jsonl, read_jsonl
 from elfreg.model.presets import student_from_config
+from elfreg.plugins import resolve_model_id
 from elfreg.sampling import generate
-from elfreg.text.load import load_frozen_text
-from elfreg.toy import arith as toy_arith
+from elfreg.text.load import FrozenText, load_frozen_text
+from elfreg.toy import arith
+from elfreg.toy.lm import greedy_accuracy
 from elfreg.toy.registry import as_example, toy_examples
-from elfreg.toy.report import LEVEL_NAMES, format_table, write_outputs
+from elfreg.toy.report import format_table, write_outputs
 from elfreg.train.loop import train
 
-
-@dataclass
-class DemoPlan:
-    """Budgets of one demo run (the defaults are the full CPU demo; ``configs/toy-study-*.yaml``
-    hold the longer study's plans)."""
-
-    out_dir: str = "runs/demo"
-    quick: bool = False
-    compare: bool = False
-    level: int = 1  # 1: one-step problems, 2: two or three chained steps
-    steps: int = 2400
-    batch_size: int = 32
-    width: int = 128
-    depth: int = 4
-    lr: float = 3e-3
-    canvas_len: int = 56
-    prompt_cap: int = 32
-    nfes: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
-    seeds: int = 3
-    eval_limit: int = 0  # 0: every held-out problem
-    heldout_split: str = "test"  # "valid" for tuning, so the test split stays untouched
-    curve_points: int = 0  # held-out evaluations during training (early-stop, 16 NFE, one seed)
-    sc_cfg: float = 1.0  # SC-CFG scale w at sampling (tuned on the valid split: docs/demo.md)
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        if self.heldout_split not in ("valid", "test"):
-            raise ValueError(f"heldout_split must be 'valid' or 'test', got {self.heldout_split!r}")
-        if self.level not in LEVEL_NAMES:
-            raise ValueError(f"level must be 1 or 2, got {self.level}")
-        if self.seeds < 1 or self.steps < 1 or not self.nfes or min(self.nfes) < 2:
-            raise ValueError("a demo plan needs steps >= 1, seeds >= 1 and NFEs >= 2")
-        if self.curve_points < 0 or self.eval_limit < 0:
-            raise ValueError("curve_points and eval_limit must be >= 0")
-        if self.sc_cfg <= 0:
-            raise ValueError(f"sc_cfg must be > 0, got {self.sc_cfg}")
-
-    @classmethod
-    def quick_plan(cls, out_dir: str | Path) -> DemoPlan:
-        return cls(out_dir=str(out_dir), quick=True, steps=150, batch_size=32, width=128, depth=2,
-                   lr=2e-3, nfes=[4, 16], seeds=2, eval_limit=48, curve_points=2)
-
-    @classmethod
-    def from_file(cls, path: str | Path, **changes) -> DemoPlan:
-        """A plan from a YAML mapping of its fields (unknown keys and wrong types fail)."""
-        data = yaml.safe_load(Path(path).read_text()) or {}
-        return build_dataclass(cls, {**data, **changes}, prefix=f"{path}: ")
+# The default budget (chosen on the valid split, docs/demo.md): a 128-wide, 4-block student,
+# 2,400 steps of 32 at lr 3e-3 with the feature cache.
+DEMO = {
+    "text": {"encoder": "toy:encoder", "encoder_layer": 2, "teacher": "toy:teacher", "repa_layer": 1,
+             "reg_layer": 2, "canvas_len": 56, "prompt_cap": 32},
+    "model": {"width": 128, "depth": 4, "heads": 2, "repa_block": 2, "projector_hidden": 256, "time_freq_dim": 64},
+    "data": {"source": "toy-arith", "toy_level": 1, "toy_count": 20000},
+    "train": {"steps": 2400, "batch_size": 32, "lr": 3e-3, "warmup_steps": 100, "ckpt_every": 240,
+              "log_every": 10, "ema_decay": 0.99, "feature_cache": True},
+    "sample": {"sc_cfg": 1.0},
+    "eval": {"samples": 3, "nfes": [4, 8, 16, 32], "samplers": ["early-stop", "full-span"], "split": "test"},
+}
+# CI size: the quick toy LMs, a 2-block student, 150 steps, 48 problems.
+QUICK = {
+    "text": {"encoder": "toy-quick:encoder", "teacher": "toy-quick:teacher"},
+    "model": {"depth": 2, "repa_block": 1},
+    "train": {"steps": 150, "lr": 2e-3, "warmup_steps": 15, "ckpt_every": 50},
+    "eval": {"samples": 2, "nfes": [4, 16], "limit": 48, "curve_points": 2},
+}
+# What the untrained student and the learning curve are measured with.
+CURVE_SAMPLER = SampleConfig(sampler="early-stop", nfe=16)
 
 
-def demo_config(plan: DemoPlan, variant: str) -> Config:
-    """The run config of one demo model (``variant``: ``elf-reg`` or ``elf``)."""
-    scheme = "toy-quick" if plan.quick else "toy"
-    reg = variant == "elf-reg"
-    return Config.from_dict({
-        "text": {"encoder": f"{scheme}:encoder", "encoder_layer": 2, "teacher": f"{scheme}:teacher",
-                 "repa_layer": 1, "reg_layer": 2, "canvas_len": plan.canvas_len, "prompt_cap": plan.prompt_cap},
-        "model": {"width": plan.width, "depth": plan.depth, "heads": max(1, plan.width // 64),
-                  "repa_block": max(1, plan.depth // 2), "projector_hidden": 2 * plan.width,
-                  "time_freq_dim": 64},
-        "loss": {"repa": reg, "extra_token": "reg" if reg else "none"},
-        "data": {"source": "toy-arith", "toy_level": plan.level, "toy_count": 20000},
-        "train": {"steps": plan.steps, "batch_size": plan.batch_size, "lr": plan.lr,
-                  "warmup_steps": min(100, plan.steps // 10), "out_dir": str(Path(plan.out_dir) / variant),
-                  "ckpt_every": max(50, plan.steps // 10), "log_every": 10, "ema_decay": 0.99,
-                  "feature_cache": True, "progress": plan.progress},
-        "sample": {"sc_cfg": plan.sc_cfg},
-    })
+def _merge(base: dict, changes: dict) -> dict:
+    out = copy.deepcopy(base)
+    for section, values in changes.items():
+        out.setdefault(section, {}).update(values)
+    return out
 
 
-def heldout_problems(plan: DemoPlan) -> list[dict]:
-    arith = toy_arith.ArithConfig(max_number=demo_config(plan, "elf").data.toy_max_number)
-    problems = toy_arith.heldout(plan.heldout_split, plan.level, arith)
-    return problems[: plan.eval_limit] if plan.eval_limit else problems
+def demo_config(quick: bool = False, path: str | None = None, overrides: list[str] | None = None) -> Config:
+    """The ELF-REG run config of a demo: the default (or ``quick``) preset, or a YAML file, with
+    ``key=value`` overrides; validated."""
+    if path is not None:
+        return Config.load(path, overrides)
+    data = _merge(DEMO, QUICK) if quick else copy.deepcopy(DEMO)
+    for item in overrides or []:
+        apply_override(data, item)
+    return Config.from_dict(data)
 
 
-def pass1(texts: list[str], problems: list[dict]) -> float:
-    correct = [numbers_equal(extract_gsm8k_answer(t), p["final"]) for t, p in zip(texts, problems, strict=True)]
-    return sum(correct) / len(correct)
+def variant_config(cfg: Config, variant: str, out_dir: Path, progress: bool = True) -> Config:
+    """``cfg`` as the ``elf-reg`` model or the plain ``elf`` baseline (REPA and REG off; the
+    teacher is then never loaded), training into ``out_dir/variant``."""
+    data = cfg.to_dict()
+    if variant == "elf":
+        data["loss"].update(repa=False, extra_token="none")
+    elif variant != "elf-reg":
+        raise ValueError(f"unknown demo variant {variant!r}")
+    data["train"].update(out_dir=str(out_dir / variant), progress=progress)
+    return Config.from_dict(data)
+
+
+def heldout_problems(cfg: Config) -> list[dict]:
+    arith_cfg = arith.ArithConfig(max_number=cfg.data.toy_max_number)
+    problems = arith.heldout(cfg.eval.split, cfg.data.toy_level, arith_cfg)
+    return problems[: cfg.eval.limit] if cfg.eval.limit else problems
 
 
 def token_match(tokens: list[int], gold: list[int]) -> float:
@@ -126,59 +109,49 @@ def token_match(tokens: list[int], gold: list[int]) -> float:
     return sum(i < len(tokens) and tokens[i] == g for i, g in enumerate(gold)) / len(gold)
 
 
-def evaluate(student, frozen, problems: list[dict], sampler: str, nfe: int, seeds: int, sc_cfg: float,
+def evaluate(student, frozen: FrozenText, problems: list[dict], cfg: Config, sample: SampleConfig, samples: int,
              progress: bool) -> dict:
-    """pass@1 per sampling seed (sample j uses seed j) with mean ± std, and the token match."""
-    prompts = [as_example(p).prompt for p in problems]
+    """pass@1 over problems and ``samples`` sampling seeds (sample j uses seed j), with the sample
+    std across seeds (:func:`elfreg.eval.passk.summarize`), and the token match."""
     tok = frozen.tokenizer
     gold = [tok(p["answer"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for p in problems]
-    results = generate(student, frozen, prompts, nfe=nfe, sampler=sampler, samples=seeds, seed=0,
-                       sc_cfg=sc_cfg, batch_size=256, progress=progress)
-    by_seed = [[r.text for r in results if r.sample_index == j] for j in range(seeds)]
-    scores = [pass1(texts, problems) for texts in by_seed]
+    results = generate(student, [as_example(p).prompt for p in problems], sample, frozen_text=frozen, flow=cfg.flow,
+                       samples=samples, batch_size=256, progress=progress)
+    verdicts: dict[str, list[bool]] = {str(i): [] for i in range(len(problems))}
+    for r in results:  # prompt-major, sample j in order
+        verdicts[str(r.prompt_index)].append(arith.is_correct(r.text, problems[r.prompt_index]))
+    stats = summarize(verdicts)
     matches = [token_match(r.tokens + [tok.eos_token_id], gold[r.prompt_index]) for r in results]
-    return {"sampler": sampler, "nfe": nfe, "per_seed": scores, "mean": statistics.fmean(scores),
-            "std": statistics.pstdev(scores), "token_match": statistics.fmean(matches),
+    return {"sampler": sample.sampler, "nfe": sample.nfe, "per_seed": stats["per_seed"], "mean": stats["pass@1"],
+            "std": stats["pass@1_std"], "token_match": statistics.fmean(matches),
             "nfe_used": statistics.fmean(r.nfe for r in results)}
 
 
-def most_frequent_answer_accuracy(problems: list[dict], train_finals: list[str]) -> tuple[str, float]:
-    answer = Counter(train_finals).most_common(1)[0][0]
-    return answer, sum(p["final"] == answer for p in problems) / len(problems)
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def train_variant(plan: DemoPlan, variant: str, problems: list[dict]) -> tuple[Config, Path, list[dict]]:
-    """Train (or resume, or reuse) one demo model. With ``plan.curve_points`` the run stops at
+def train_variant(cfg: Config, problems: list[dict]) -> list[dict]:
+    """Train (or resume, or reuse) one demo model. With ``eval.curve_points`` the run stops at
     evenly spaced steps to score its EMA weights on ``problems`` (early-stop, 16 NFE, seed 0);
     each point is appended to ``accuracy_curve.jsonl`` in the run folder, with the training
-    seconds spent so far, so a resumed run keeps its curve."""
-    cfg = demo_config(plan, variant)
+    seconds spent so far, so a resumed run keeps its curve. Returns the curve."""
     run_dir = Path(cfg.train.out_dir)
     curve_path = run_dir / "accuracy_curve.jsonl"
-    stops = sorted({round(cfg.train.steps * k / plan.curve_points) for k in range(1, plan.curve_points + 1)}
-                   | {cfg.train.steps})
+    points = cfg.eval.curve_points
+    stops = sorted({round(cfg.train.steps * k / points) for k in range(1, points + 1)} | {cfg.train.steps})
     for stop in stops:
         existing = resolve_checkpoint(run_dir)
-        done = open_checkpoint(existing).meta["step"] if existing is not None else 0
-        if done >= stop:
+        if existing is not None and open_checkpoint(existing).meta["step"] >= stop:
             continue
-        curve = _read_jsonl(curve_path)
+        curve = read_jsonl(curve_path, missing_ok=True)
         start = time.perf_counter()
         train(cfg, stop_at=stop)
-        seconds = (curve[-1]["train_seconds"] if curve else 0.0) + time.perf_counter() - start
-        point = {"step": stop, "train_seconds": seconds}
-        if plan.curve_points:
+        point = {"step": stop, "train_seconds": (curve[-1]["train_seconds"] if curve else 0.0)
+                 + time.perf_counter() - start}
+        if points:
             frozen = load_frozen_text(cfg.text, with_teacher=False)
             student = open_checkpoint(run_dir).load_student(use_ema=True)
-            point["pass@1"] = evaluate(student, frozen, problems, "early-stop", 16, 1, cfg.sample.sc_cfg,
-                                       progress=False)["mean"]
-        with open(curve_path, "a") as f:
-            f.write(json.dumps(point) + "\n")
-    return cfg, run_dir, _read_jsonl(curve_path)
+            sample = cfg.sample.replace(sampler=CURVE_SAMPLER.sampler, nfe=CURVE_SAMPLER.nfe)
+            point["pass@1"] = evaluate(student, frozen, problems, cfg, sample, 1, progress=False)["mean"]
+        append_jsonl(curve_path, point)
+    return read_jsonl(curve_path, missing_ok=True)
 
 
 def precision_report() -> dict:
@@ -188,62 +161,54 @@ def precision_report() -> dict:
             "cpu_native_bf16": cpu_has_native_bf16()}
 
 
-def run_demo(plan: DemoPlan) -> dict:
-    from elfreg.toy.assets import build_toy_assets
-    from elfreg.toy.lm import greedy_accuracy
+def baselines(cfg: Config, problems: list[dict]) -> dict:
+    """Most frequent training answer, and the frozen LMs' greedy accuracy, all scored by
+    :func:`elfreg.toy.arith.is_correct` like the student."""
+    finals = Counter(arith.final_answer(e.answer) for e in toy_examples(cfg.data))
+    answer = finals.most_common(1)[0][0]
+    frequent = sum(arith.is_correct(answer, p) for p in problems) / len(problems)
+    return {"most_frequent_answer": {"answer": answer, "pass@1": frequent},
+            "teacher_greedy": {"pass@1": greedy_accuracy(resolve_model_id(cfg.text.teacher), problems)},
+            "encoder_lm_greedy": {"pass@1": greedy_accuracy(resolve_model_id(cfg.text.encoder), problems)}}
 
-    out_dir = Path(plan.out_dir)
+
+def run_demo(cfg: Config, out_dir: str | Path, compare: bool = False, progress: bool = True) -> dict:
+    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    assets = build_toy_assets(quick=plan.quick, progress=plan.progress)
-    problems = heldout_problems(plan)
-    variants = ["elf-reg", "elf"] if plan.compare else ["elf-reg"]
-    report: dict = {"plan": dict(plan.__dict__), "precision": precision_report(),
-                    "toy_assets": str(assets.root),
-                    "asset_report": assets.report, "n_test_problems": len(problems), "models": {}}
-
-    cfg0 = demo_config(plan, "elf-reg")
-    finals = [extract_gsm8k_answer(e.answer) for e in toy_examples(cfg0.data)]
-    answer, acc = most_frequent_answer_accuracy(problems, finals)
-    report["baselines"] = {"most_frequent_answer": {"answer": answer, "pass@1": acc},
-                           "teacher_greedy": {"pass@1": greedy_accuracy(assets.teacher_dir, problems)},
-                           "encoder_lm_greedy": {"pass@1": greedy_accuracy(assets.encoder_dir, problems)}}
-
-    for variant in variants:
-        cfg, run_dir, curve = train_variant(plan, variant, problems)
-        ckpt = open_checkpoint(run_dir)
-        frozen = load_frozen_text(cfg.text, with_teacher=False)
+    problems = heldout_problems(cfg)
+    report: dict = {"config": cfg.to_dict(), "compare": compare, "precision": precision_report(),
+                    "toy_assets": str(Path(resolve_model_id(cfg.text.encoder)).parent),
+                    "n_test_problems": len(problems), "baselines": baselines(cfg, problems), "models": {}}
+    report["asset_report"] = json.loads((Path(report["toy_assets"]) / "report.json").read_text())
+    for variant in ["elf-reg", "elf"] if compare else ["elf-reg"]:
+        vcfg = variant_config(cfg, variant, out_dir, progress)
+        curve = train_variant(vcfg, problems)
+        ckpt = open_checkpoint(vcfg.train.out_dir)
+        frozen = load_frozen_text(vcfg.text, with_teacher=False)
         student = ckpt.load_student(use_ema=True)
         t_eval = time.perf_counter()
-        rows = [evaluate(student, frozen, problems, s, n, plan.seeds, cfg.sample.sc_cfg, plan.progress)
-                for s in ("early-stop", "full-span") for n in plan.nfes]
+        rows = [evaluate(student, frozen, problems, vcfg, s, cfg.eval.samples, progress)
+                for s in cfg.eval.grid(cfg.sample)]
         eval_seconds = time.perf_counter() - t_eval
         torch.manual_seed(0)
-        untrained = student_from_config(cfg, student.enc_dim, student.vocab_size, student.teacher_dim).eval()
-        untrained_row = evaluate(untrained, frozen, problems, "early-stop", 16, plan.seeds, cfg.sample.sc_cfg,
-                                 plan.progress)
+        untrained = student_from_config(vcfg, student.enc_dim, student.vocab_size, student.teacher_dim).eval()
         report["models"][variant] = {
-            "config": cfg.to_dict(), "checkpoint": str(ckpt.path),
+            "config": vcfg.to_dict(), "checkpoint": str(ckpt.path),
             "train_seconds": curve[-1]["train_seconds"] if curve else 0.0, "eval_seconds": eval_seconds,
-            "results": rows, "untrained": untrained_row,
+            "results": rows,
+            "untrained": evaluate(untrained, frozen, problems, vcfg, cfg.sample.replace(
+                sampler=CURVE_SAMPLER.sampler, nfe=CURVE_SAMPLER.nfe), cfg.eval.samples, progress),
             "accuracy_curve": [p for p in curve if "pass@1" in p],
-            "learning_curve": _read_jsonl(run_dir / "metrics.jsonl")}
+            "learning_curve": read_jsonl(Path(vcfg.train.out_dir) / "metrics.jsonl", missing_ok=True)}
     report["total_seconds"] = time.perf_counter() - t0
     report["outputs"] = [str(p) for p in write_outputs(out_dir, report)]
     return report
 
 
 def run(args: argparse.Namespace) -> int:
-    out = Path(args.out)
-    if args.plan:
-        plan = DemoPlan.from_file(args.plan, out_dir=str(out))
-    else:
-        plan = DemoPlan.quick_plan(out) if args.quick else DemoPlan(out_dir=str(out))
-    changes = {"compare": plan.compare or args.compare, "progress": not args.no_progress}
-    if args.steps:
-        changes["steps"] = args.steps
-    plan = dataclasses.replace(plan, **changes)  # re-runs the plan's checks
-    report = run_demo(plan)
+    cfg = demo_config(args.quick, args.config, args.override)
+    report = run_demo(cfg, args.out, compare=args.compare, progress=not args.no_progress)
     print(format_table(report))
     print(f"\nwrote {', '.join(report['outputs'])} ({report['total_seconds']:.0f} s)")
     return 0
@@ -253,9 +218,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="train and evaluate ELF-REG on toy arithmetic (CPU, no download)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="CI-sized run (about 2 minutes)")
-    mode.add_argument("--plan", help="YAML file of demo-plan fields (e.g. configs/toy-study-level2.yaml)")
+    mode.add_argument("--config", help="a run config with an eval section (e.g. configs/toy-study-level1.yaml)")
     p.add_argument("--compare", action="store_true", help="also train the plain ELF baseline on the same budget")
     p.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
-    p.add_argument("--steps", type=int, default=0, help="override the number of training steps")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("override", nargs="*", help="key.sub=value overrides, e.g. train.steps=600 eval.samples=1")
     p.set_defaults(func=run)

@@ -30,10 +30,10 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase, Qwen3Con
 
 from elfreg.device import use_bf16
 from elfreg.text.frozen import freeze
-from elfreg.toy.arith import extract_final
+from elfreg.text.tokenizer import load_tokenizer
+from elfreg.toy.arith import is_correct
 from elfreg.toy.code import score_program
 from elfreg.toy.corpus import lm_prompt
-from elfreg.toy.tokenizer import load_tokenizer
 from elfreg.train.optim import scheduled_lr
 
 LR_FLOOR_RATIO = 0.1
@@ -248,7 +248,7 @@ def lm_loss(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, texts: S
 def load_lm(lm_dir: str | os.PathLike) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     """Load a saved toy LM and its tokenizer exactly as a hub model is loaded; frozen, eval mode."""
     model = freeze(AutoModelForCausalLM.from_pretrained(str(lm_dir)))
-    return model, load_tokenizer(lm_dir)
+    return model, load_tokenizer(str(lm_dir))
 
 
 @torch.no_grad()
@@ -276,7 +276,7 @@ def greedy_generate(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, 
 def score_answer(example: dict, generated: str) -> bool:
     """Arith: extracted final number equals ``final``. Code: the program passes the hidden tests."""
     if "final" in example:
-        return extract_final(generated) == example["final"]
+        return is_correct(generated, example)
     return score_program(example, generated)
 
 

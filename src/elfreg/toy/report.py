@@ -11,12 +11,12 @@ LEVEL_NAMES = {1: "one-step", 2: "multi-step"}
 
 def format_table(report: dict) -> str:
     b = report["baselines"]
-    level = LEVEL_NAMES[report["plan"]["level"]]
+    level = LEVEL_NAMES[report["config"]["data"]["toy_level"]]
     prec = report["precision"]
     why = f"forced by {prec['forced_by']}" if prec["forced_by"] else "precision: auto, fp32 on every CPU"
     lines = [f"precision: {prec['resolved']} ({why}; this CPU has native bf16: "
-             f"{'yes' if prec['cpu_native_bf16'] else 'no'})",
-             f"held-out {level} problems of the {report['plan']['heldout_split']} split "
+             f"{'yes' if prec['cpu_native_bf16'] else 'no'}); pass@1 ± sample std over sampling seeds",
+             f"held-out {level} problems of the {report['config']['eval']['split']} split "
              f"(unseen number combinations): {report['n_test_problems']}",
              f"most frequent answer ({b['most_frequent_answer']['answer']}): "
              f"{100 * b['most_frequent_answer']['pass@1']:.1f}%",
@@ -27,11 +27,11 @@ def format_table(report: dict) -> str:
         best = max(m["results"], key=lambda r: r["token_match"])
         lines.append(f"{variant} (trained {m['train_seconds']:.0f} s; untrained at 16 NFE: {100 * u['mean']:.1f}%, "
                      f"token match {100 * u['token_match']:.0f}% vs trained {100 * best['token_match']:.0f}%)")
-        lines.append(f"  {'sampler':<11} " + " ".join(f"{'NFE ' + str(r['nfe']):>14}"
-                                                      for r in m["results"] if r["sampler"] == "early-stop"))
-        for sampler in ("early-stop", "full-span"):
-            cells = [f"{100 * r['mean']:6.1f} ± {100 * r['std']:4.1f}" for r in m["results"] if r["sampler"] == sampler]
-            lines.append(f"  {sampler:<11} " + " ".join(f"{c:>14}" for c in cells))
+        nfes = list(dict.fromkeys(r["nfe"] for r in m["results"]))
+        cell = {(r["sampler"], r["nfe"]): f"{100 * r['mean']:6.1f} ± {100 * r['std']:4.1f}" for r in m["results"]}
+        lines.append(f"  {'sampler':<11} " + " ".join(f"{'NFE ' + str(n):>14}" for n in nfes))
+        for sampler in dict.fromkeys(r["sampler"] for r in m["results"]):
+            lines.append(f"  {sampler:<11} " + " ".join(f"{cell.get((sampler, n), '-'):>14}" for n in nfes))
         if m["accuracy_curve"]:
             points = ", ".join(f"{p['step']}: {100 * p['pass@1']:.0f}%" for p in m["accuracy_curve"])
             lines.append(f"  learning curve (step: pass@1, early-stop 16 NFE, seed 0): {points}")
@@ -69,7 +69,7 @@ def _finish(plt, fig, ax, report: dict, xlabel: str, path: Path) -> None:
     ax.axhline(100 * b["most_frequent_answer"]["pass@1"], color="k", ls=":", lw=0.8, label="most frequent answer")
     ax.set_ylim(bottom=0)
     ax.set_xlabel(xlabel)
-    ax.set_ylabel(f"pass@1 (%), held-out {LEVEL_NAMES[report['plan']['level']]}")
+    ax.set_ylabel(f"pass@1 (%), held-out {LEVEL_NAMES[report['config']['data']['toy_level']]}")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -80,7 +80,8 @@ def plot_pass1_vs_nfe(report: dict, path: Path) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     for k, (variant, m) in enumerate(report["models"].items()):
-        for sampler, style in (("early-stop", "-o"), ("full-span", "--s")):
+        for n, sampler in enumerate(dict.fromkeys(r["sampler"] for r in m["results"])):
+            style = ("-o", "--s", ":^", "-.d")[n % 4]
             rows = [r for r in m["results"] if r["sampler"] == sampler]
             ax.errorbar([r["nfe"] for r in rows], [100 * r["mean"] for r in rows],
                         yerr=[100 * r["std"] for r in rows], fmt=style, color=f"C{k}", capsize=3,

@@ -7,7 +7,8 @@ pre-tokenizer runs first, so every digit is its own token and no merge ever join
 The only special token is ``<|endoftext|>``: EOS and padding (as in Qwen3; there is no BOS).
 
 The saved folder holds ``tokenizer.json`` + ``tokenizer_config.json`` and loads with
-``transformers.AutoTokenizer.from_pretrained(folder)``.
+``transformers.AutoTokenizer.from_pretrained(folder)``, as :func:`elfreg.text.tokenizer.load_tokenizer` does
+for every tokenizer.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from elfreg.toy.corpus import EOS_TOKEN
 
@@ -60,8 +61,3 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerBase, folder: str | os.PathLike
     cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
     cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
     return folder
-
-
-def load_tokenizer(folder: str | os.PathLike) -> PreTrainedTokenizerBase:
-    """Load a saved toy tokenizer exactly as a hub tokenizer would be loaded."""
-    return AutoTokenizer.from_pretrained(str(folder))

@@ -54,7 +54,7 @@ class Run:
 
     @property
     def with_teacher(self) -> bool:
-        return self.cfg.loss.needs_teacher
+        return self.cfg.needs_teacher
 
 
 def build_run(cfg: Config, examples: list[Example] | None = None) -> Run:
@@ -68,7 +68,7 @@ def build_run(cfg: Config, examples: list[Example] | None = None) -> Run:
     device = resolve_device(tc.device)
     bf16 = use_bf16(device, tc.precision)
     torch.manual_seed(tc.seed)
-    with_teacher = cfg.loss.needs_teacher
+    with_teacher = cfg.needs_teacher
     frozen = load_frozen_text(cfg.text, with_teacher=with_teacher, device=device, bf16=bf16)
     examples = examples if examples is not None else load_examples(cfg.data)
     if not examples:

@@ -1,0 +1,47 @@
+"""The one JSONL reader and writer of elfreg: one JSON object per line, UTF-8.
+
+Every reading error names the file and the line (``data.jsonl:12: ...``): bytes that are not
+UTF-8, a line that is not JSON, a JSON value that is not an object. Blank lines are skipped.
+Appending writes one line and flushes it, so a file being written by a long job holds only whole
+records up to the last flush, and a reader of a file cut mid-line by a crash names that line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for every non-blank line of ``path``."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{path}:{lineno}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}")
+            yield lineno, record
+
+
+def read_jsonl(path: str | Path, missing_ok: bool = False) -> list[dict[str, Any]]:
+    """Every object of ``path`` (``[]`` for a missing file when ``missing_ok``)."""
+    if missing_ok and not Path(path).exists():
+        return []
+    return [record for _, record in iter_jsonl(path)]
+
+
+def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
+    """Append one object as one line and flush it."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        f.flush()
