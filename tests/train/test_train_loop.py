@@ -165,7 +165,8 @@ RECORDED = [
 
 
 def test_a_run_reproduces_the_recorded_losses(tiny_cfg):
-    cfg = tiny_cfg(train={"steps": 3, "batch_size": 3, "grad_accum": 2, "log_every": 1})
+    cfg = tiny_cfg(train={"steps": 3, "batch_size": 3, "grad_accum": 2, "log_every": 1, "device": "cpu",
+                          "precision": "fp32"})
     result = train(cfg, EXAMPLES)
     lines = metrics(result.run_dir)
     assert [m["step"] for m in lines] == [1, 2, 3]

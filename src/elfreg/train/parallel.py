@@ -1,10 +1,11 @@
 """Where data parallelism plugs into a run; today a run is one process and this is the identity.
 
 A scale-out layer (DDP or FSDP2 under torchrun) replaces :func:`parallelize` and, around it,
-the seams named in ``docs/training.md``: the device and process group (:func:`build_run`), each
-rank's slice of a micro-batch (:func:`~elfreg.train.step.micro_batch`), gradient sync across
-accumulation (:func:`~elfreg.train.step.train_step`), and rank-0 logging and sharded
-checkpoints (:func:`~elfreg.train.loop.save`, :func:`~elfreg.train.build.resume`).
+the seams named in ``docs/training.md``: the device and process group
+(:func:`~elfreg.train.build.build_run`), each rank's slice of a micro-batch
+(:func:`~elfreg.train.step.micro_batch`), gradient sync across accumulation
+(:func:`~elfreg.train.step.train_step`), and rank-0 logging and sharded checkpoints
+(:func:`~elfreg.train.loop.save`, :func:`~elfreg.train.build.resume`).
 """
 
 from __future__ import annotations
