@@ -3,7 +3,7 @@ import torch
 
 from elfreg.device import use_bf16
 from elfreg.text.canvas import CanvasBuilder
-from elfreg.text.frozen import FrozenEncoder, FrozenTeacher, load_causal_lm, standardize_tokens
+from elfreg.text.frozen import FrozenEncoder, FrozenTeacher, freeze, load_causal_lm, standardize_tokens
 from elfreg.text.load import load_frozen_text
 from elfreg.text.tokenizer import load_tokenizer
 
@@ -13,6 +13,16 @@ from conftest import make_char_tokenizer, make_tiny_lm
 @pytest.fixture(scope="module")
 def tok(tiny_assets):
     return load_tokenizer(str(tiny_assets["encoder"]))
+
+
+def test_freeze_switches_off_dropout_and_gradients_in_place():
+    net = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.Dropout(0.5), torch.nn.Linear(64, 2))
+    assert freeze(net) is net
+    assert not any(m.training for m in net.modules())
+    assert not any(p.requires_grad for p in net.parameters())
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(net(x), net(x), rtol=0, atol=0)  # no dropout mask drawn
+    assert not net(x).requires_grad
 
 
 def test_canvas_layout_masks_and_eos_padding(tok):

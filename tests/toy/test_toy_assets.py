@@ -119,11 +119,14 @@ def test_greedy_accuracy_uses_the_training_format(tmp_path, built) -> None:
                              steps=60, batch_size=8, lr=1e-2, warmup_steps=5)
     model, stats = toy_lm.pretrain_lm(cfg, tok, [ex] * 16, progress=False)
     assert stats.final_loss < 0.1
+    assert not model.training and not any(p.requires_grad for p in model.parameters())
     model.save_pretrained(tmp_path / "lm")
     tok.save_pretrained(tmp_path / "lm")
     assert toy_lm.greedy_accuracy(tmp_path / "lm", [ex]) == 1.0
     assert toy_lm.greedy_accuracy(tmp_path / "lm", [other]) == 0.0
-    (out,) = toy_lm.greedy_generate(*toy_lm.load_lm(tmp_path / "lm"), [TC.lm_prompt(ex)])
+    loaded, loaded_tok = toy_lm.load_lm(tmp_path / "lm")
+    assert not loaded.training and not any(p.requires_grad for p in loaded.parameters())
+    (out,) = toy_lm.greedy_generate(loaded, loaded_tok, [TC.lm_prompt(ex)])
     assert out == ex["answer"]
 
 

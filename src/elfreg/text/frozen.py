@@ -25,6 +25,8 @@ def load_causal_lm(name_or_path: str, revision: str | None = None, **kwargs) -> 
 
 
 def freeze(module: nn.Module) -> nn.Module:
+    """``module`` in eval mode (no dropout, fixed norms) with no parameter asking for a gradient;
+    the same object, returned for chaining. Calls still belong under ``torch.no_grad()``."""
     module.eval()
     module.requires_grad_(False)
     return module

@@ -29,10 +29,16 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 
 from elfreg.device import use_bf16
+from elfreg.text.frozen import freeze
 from elfreg.text.tokenizer import load_tokenizer
 from elfreg.toy.arith import is_correct
 from elfreg.toy.code import score_program
 from elfreg.toy.corpus import lm_prompt
+from elfreg.train.optim import scheduled_lr
+
+LR_FLOOR_RATIO = 0.1
+"""The cosine schedule ends at this fraction of the peak learning rate (not part of
+:class:`ToyLMConfig`, whose fields key the asset cache)."""
 
 
 @dataclass(frozen=True)
@@ -160,7 +166,8 @@ def pretrain_lm(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase, examples: 
     """Train a fresh toy ``Qwen3ForCausalLM`` on ``examples`` (``prompt + SEP + answer + EOS``)
     with the causal-LM loss, prompt tokens weighted by ``cfg.prompt_loss_weight``.
 
-    AdamW, linear warm-up then cosine decay to 10 %, gradient clipping at 1, batches grouped by
+    AdamW, linear warm-up then cosine decay to 10 % (the training room's
+    :func:`~elfreg.train.optim.scheduled_lr`), gradient clipping at 1, batches grouped by
     length. Returns the model (eval mode, frozen) and its :class:`PretrainStats`.
     ``num_threads`` sets torch's intra-op threads for the run only (restored afterwards); on a
     shared machine one thread can be several times faster than two busy-waiting ones.
@@ -188,12 +195,6 @@ def _pretrain(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase, examples: Se
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.98))
 
-    def lr_at(step: int) -> float:
-        if step < cfg.warmup_steps:
-            return cfg.lr * (step + 1) / cfg.warmup_steps
-        frac = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
-        return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
-
     bf16 = use_bf16("cpu", cfg.precision)
     queue: list[list[int]] = []
     losses: list[float] = []
@@ -206,7 +207,7 @@ def _pretrain(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase, examples: Se
         batch = queue.pop()
         ids, mask, weights = _collate([seqs[i] for i in batch], tokenizer.pad_token_id, cfg.prompt_loss_weight)
         for group in opt.param_groups:
-            group["lr"] = lr_at(step)
+            group["lr"] = scheduled_lr(step, cfg.lr, cfg.warmup_steps, cfg.steps, LR_FLOOR_RATIO)
         loss = _causal_loss(model, ids, mask, weights, bf16)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -222,8 +223,7 @@ def _pretrain(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase, examples: Se
     tenth = max(1, len(losses) // 10)
     curve = tuple(round(sum(losses[i : i + tenth]) / len(losses[i : i + tenth]), 4)
                   for i in range(0, len(losses), tenth))
-    model.eval()
-    model.requires_grad_(False)
+    freeze(model)
     stats = PretrainStats(steps=cfg.steps, seconds=round(seconds, 2), cpu_seconds=round(cpu_seconds, 2),
                           final_loss=round(sum(tail) / len(tail), 4),
                           tokens=tokens, params=sum(p.numel() for p in model.parameters()), bf16=bf16, loss_curve=curve)
@@ -247,9 +247,7 @@ def lm_loss(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, texts: S
 
 def load_lm(lm_dir: str | os.PathLike) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     """Load a saved toy LM and its tokenizer exactly as a hub model is loaded; frozen, eval mode."""
-    model = AutoModelForCausalLM.from_pretrained(str(lm_dir))
-    model.eval()
-    model.requires_grad_(False)
+    model = freeze(AutoModelForCausalLM.from_pretrained(str(lm_dir)))
     return model, load_tokenizer(str(lm_dir))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 from torch import nn
@@ -10,16 +11,27 @@ from torch import nn
 from ..config import TrainConfig
 
 
+def scheduled_lr(step: int, lr: float, warmup_steps: int, total_steps: int, floor_ratio: float,
+                 kind: Literal["cosine", "constant"] = "cosine") -> float:
+    """Learning rate of optimiser step ``step`` (0-based).
+
+    Linear warmup ``lr·(step + 1)/warmup_steps`` over the first ``warmup_steps`` steps, so the
+    first step already moves; then ``lr`` (``constant``) or a half cosine from ``lr`` at the end
+    of warmup down to ``floor_ratio·lr`` at ``total_steps``, held there after.
+    """
+    if step < warmup_steps:
+        return lr * (step + 1) / warmup_steps
+    if kind == "constant":
+        return lr
+    span = max(total_steps - warmup_steps, 1)
+    progress = min((step - warmup_steps) / span, 1.0)
+    floor = lr * floor_ratio
+    return floor + (lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
 def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Learning rate for optimiser step ``step`` (0-based)."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    if cfg.schedule == "constant":
-        return cfg.lr
-    span = max(cfg.steps - cfg.warmup_steps, 1)
-    progress = min((step - cfg.warmup_steps) / span, 1.0)
-    floor = cfg.lr * cfg.min_lr_ratio
-    return floor + (cfg.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+    """:func:`scheduled_lr` with a run's ``train`` settings."""
+    return scheduled_lr(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio, cfg.schedule)
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:

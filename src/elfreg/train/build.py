@@ -1,0 +1,153 @@
+"""Build a training run from its config: frozen models, examples, student, optimiser, EMA, RNG.
+
+:func:`start_run` is what ``elfreg train`` does before its first step: open the run folder,
+build a :class:`Run`, then either :func:`resume` it from the folder's latest checkpoint or
+:func:`calibrate_reg` a fresh one. Every piece is a function of the config alone (seeded), so
+a scale-out layer can wrap any step of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..checkpoint import open_checkpoint, resolve_checkpoint
+from ..config import Config
+from ..data.examples import Example, load_examples
+from ..device import resolve_device, use_bf16
+from ..model.presets import student_from_config
+from ..model.student import Student
+from ..text.load import FrozenText, load_frozen_text
+from .batch import build_canvas, example_indices
+from .ema import EMA
+from .feature_cache import FeatureCache
+from .optim import make_optimizer
+from .parallel import parallelize
+
+REG_CALIBRATION_EXAMPLES = 256
+
+
+@dataclass
+class Run:
+    """Everything a training run holds between optimisation steps."""
+
+    cfg: Config
+    device: torch.device
+    bf16: bool
+    frozen: FrozenText
+    examples: list[Example]
+    student: Student
+    optimizer: torch.optim.Optimizer
+    ema: EMA
+    generator: torch.Generator
+    """The only source of randomness of the objective; saved in every checkpoint."""
+    cache: FeatureCache | None
+    last_checkpoint: Path | None = None
+    """The newest checkpoint this run's state has been saved to or restored from."""
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.cfg.train.out_dir)
+
+    @property
+    def with_teacher(self) -> bool:
+        return self.cfg.needs_teacher
+
+
+def build_run(cfg: Config, examples: list[Example] | None = None) -> Run:
+    """A run at step 0: nothing read from or written to ``train.out_dir``.
+
+    The global RNG is seeded with ``train.seed`` before the student is built, so its initial
+    weights depend on the config alone; the objective's generator is seeded with it too.
+    ``examples`` defaults to what ``cfg.data`` loads.
+    """
+    tc = cfg.train
+    device = resolve_device(tc.device)
+    bf16 = use_bf16(device, tc.precision)
+    torch.manual_seed(tc.seed)
+    with_teacher = cfg.needs_teacher
+    frozen = load_frozen_text(cfg.text, with_teacher=with_teacher, device=device, bf16=bf16)
+    examples = examples if examples is not None else load_examples(cfg.data)
+    if not examples:
+        raise ValueError("no training examples")
+    teacher_dim = frozen.teacher.width if with_teacher else None
+    student = student_from_config(cfg, frozen.encoder.width, frozen.encoder.vocab_size, teacher_dim).to(device)
+    student = parallelize(student, cfg)
+    return Run(cfg=cfg, device=device, bf16=bf16, frozen=frozen, examples=examples, student=student,
+               optimizer=make_optimizer(student, tc), ema=EMA(student, tc.ema_decay),
+               generator=torch.Generator(device=device).manual_seed(tc.seed),
+               cache=FeatureCache() if tc.feature_cache else None)
+
+
+def calibrate_reg(run: Run) -> None:
+    """Set the teacher's REG standardisation statistics (spec §3) from a fixed draw of up to
+    256 training examples (the data order of seed ``train.seed + 1``)."""
+    tc = run.cfg.train
+    n = len(run.examples)
+    calib = example_indices(n, tc.seed + 1, 0, min(REG_CALIBRATION_EXAMPLES, n))
+    chunks = [calib[i:i + tc.batch_size] for i in range(0, len(calib), tc.batch_size)]
+    run.frozen.teacher.calibrate([build_canvas(run.frozen, run.examples, c, run.device) for c in chunks])
+
+
+def train_state(run: Run) -> dict[str, Any]:
+    """What a checkpoint holds besides the weights and EMA: optimiser, the objective's generator
+    and (with a teacher) the REG statistics; :func:`resume` restores exactly this."""
+    state = {"optimizer": run.optimizer.state_dict(), "generator": run.generator.get_state()}
+    if run.with_teacher:
+        state.update(reg_mean=run.frozen.teacher.reg_mean, reg_std=run.frozen.teacher.reg_std)
+    return state
+
+
+def resume(run: Run, checkpoint: str | Path) -> int:
+    """Restore ``run`` to the state saved in ``checkpoint`` and return the steps it had done.
+
+    Restores student weights, EMA, optimiser, the objective's generator and the REG statistics,
+    so that continuing gives the losses an uninterrupted run would have. A checkpoint made with
+    different ``text``/``model``/``flow``/``loss`` settings is refused (``ValueError``).
+    """
+    ckpt = open_checkpoint(checkpoint)
+    _check_resumable(run.cfg, ckpt.config)
+    run.student.load_state_dict(ckpt.model_state())
+    run.ema.load_state_dict(ckpt.ema_state())
+    state = ckpt.train_state()
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.generator.set_state(state["generator"])
+    if run.with_teacher:
+        run.frozen.teacher.reg_mean, run.frozen.teacher.reg_std = state["reg_mean"], state["reg_std"]
+    run.last_checkpoint = ckpt.path
+    return ckpt.meta["step"]
+
+
+def _check_resumable(cfg: Config, saved: Config) -> None:
+    for section in ("text", "model", "flow", "loss"):
+        if getattr(cfg, section) != getattr(saved, section):
+            raise ValueError(
+                f"the run folder holds a checkpoint made with a different '{section}' config; "
+                "use a new train.out_dir (or the same config) to continue")
+
+
+def start_run(cfg: Config, examples: list[Example] | None = None, resume_existing: bool = True
+              ) -> tuple[Run, int]:
+    """Open ``train.out_dir`` and return its run and the steps already done.
+
+    A folder holding a checkpoint continues from its latest one (or, with ``resume_existing``
+    false, is refused with ``FileExistsError`` before anything is built); otherwise the run
+    starts at step 0 with REG statistics calibrated when a teacher is used. The resolved config
+    is written to ``config.yaml`` in the folder.
+    """
+    run_dir = Path(cfg.train.out_dir)
+    existing = resolve_checkpoint(run_dir)
+    if existing is not None and not resume_existing:
+        raise FileExistsError(f"{run_dir} already holds checkpoints; refusing to overwrite (use a new out_dir)")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run = build_run(cfg, examples)
+    step = 0
+    if existing is not None:
+        step = resume(run, existing)
+    elif run.with_teacher:
+        calibrate_reg(run)
+    cfg.save(run_dir / "config.yaml")
+    return run, step
