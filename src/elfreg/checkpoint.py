@@ -13,15 +13,28 @@ Layout of a run folder::
 
 A checkpoint is written into a hidden temporary folder and renamed into place only when complete,
 and ``latest`` is replaced atomically after that, so a crash during a save leaves the previous
-checkpoint loadable.
+checkpoint loadable. A save that fails (disk full, permissions) removes its temporary folder and
+raises :class:`CheckpointWriteError` naming the checkpoint; the previous one is untouched.
+
+Resuming never trusts ``latest`` alone: :func:`resolve_checkpoint` scans the step folders
+newest first and returns the newest *intact* one (:func:`checkpoint_problem`: every file present,
+safetensors headers readable and not truncated, the training state a complete archive, ``meta.json``
+naming the step of its folder). When ``latest`` disagrees, or newer folders are broken, it says so
+with a :class:`CheckpointWarning`.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import shutil
+import struct
 import tempfile
+import time
+import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +47,20 @@ from .model.presets import student_from_config
 from .model.student import Student
 
 KEEP_LAST = 3
+FILES = ("model.safetensors", "ema.safetensors", "train_state.pt", "meta.json", "config.yaml")
+_STEP_DIR = re.compile(r"step-(\d+)")
+
+
+class CheckpointWarning(UserWarning):
+    """A run folder's checkpoints were not all as ``latest`` said (the newest intact one is used)."""
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be read; the message names the file."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, permissions); the previous one is intact."""
 
 
 def _fsync_dir(path: Path) -> None:
@@ -53,14 +80,35 @@ def _write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _write_failure(err: BaseException, final: Path, root: Path) -> CheckpointWriteError:
+    """A one-line account of why writing ``final`` failed (torch and safetensors report a full disk
+    in their own words, so the free space is checked too)."""
+    text = str(err)
+    try:
+        free = shutil.disk_usage(root).free
+    except OSError:
+        free = None
+    full = (getattr(err, "errno", None) == errno.ENOSPC or "No space left" in text or "os error 28" in text
+            or (free is not None and free < (1 << 20)))
+    if full:
+        return CheckpointWriteError(errno.ENOSPC, f"disk full while writing checkpoint {final}; the previous "
+                                    "checkpoint is intact (free some space and run the same command)")
+    if isinstance(err, PermissionError):
+        return CheckpointWriteError(errno.EACCES, f"permission denied writing checkpoint {final}")
+    return CheckpointWriteError(getattr(err, "errno", None) or errno.EIO,
+                                f"could not write checkpoint {final}: {type(err).__name__}: {text.splitlines()[0]}")
+
+
 def save_checkpoint(run_dir: Path, step: int, cfg: Config, model: torch.nn.Module,
                     ema_state: dict[str, torch.Tensor], train_state: dict[str, Any],
                     meta: dict[str, Any]) -> Path:
     root = Path(run_dir) / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
     name = f"step-{step:07d}"
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".tmp-{name}-"))
+    final = root / name
+    tmp = None
     try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".tmp-{name}-"))
         save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()},
                   tmp / "model.safetensors")
         save_file({k: v.contiguous().cpu() for k, v in ema_state.items()}, tmp / "ema.safetensors")
@@ -70,32 +118,114 @@ def save_checkpoint(run_dir: Path, step: int, cfg: Config, model: torch.nn.Modul
         for f in tmp.iterdir():
             with open(f, "rb+") as fh:
                 os.fsync(fh.fileno())
+    except Exception as err:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise _write_failure(err, final, root) from err
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
-    final = root / name
-    if final.exists():  # re-saving a step (e.g. after a resume): replace the old copy
-        shutil.rmtree(final)
+    if final.exists():
+        problem = checkpoint_problem(final)
+        if problem is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise FileExistsError(f"{final} already holds an intact checkpoint; refusing to write over it")
+        aside = root / f".broken-{name}-{int(time.time())}"
+        os.rename(final, aside)  # kept for inspection, never deleted silently
+        warnings.warn(f"{final} was broken ({problem}); moved aside to {aside.name}", CheckpointWarning, stacklevel=2)
     os.rename(tmp, final)
     _fsync_dir(root)
     _write_text_atomic(root / "latest", name)
-    for old in sorted(p for p in root.glob("step-*") if p.is_dir())[:-KEEP_LAST]:
+    for old in step_folders(root)[:-KEEP_LAST]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
 
+def step_folders(root: Path) -> list[Path]:
+    """The ``step-N`` folders under ``root`` (a checkpoints folder), oldest first."""
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _STEP_DIR.fullmatch(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """Header readable and the file as long as the header says (a cut file is caught here)."""
+    try:
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        size = path.stat().st_size
+    except (OSError, struct.error, ValueError, KeyError, TypeError) as err:
+        return f"{path.name}: unreadable header ({type(err).__name__})"
+    if size < 8 + n + end:
+        return f"{path.name}: truncated ({size} of {8 + n + end} bytes)"
+    return None
+
+
+def checkpoint_problem(ckpt: Path) -> str | None:
+    """Why ``ckpt`` is not an intact checkpoint, or None when it is."""
+    missing = [f for f in FILES if not (ckpt / f).is_file()]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    for name in ("model.safetensors", "ema.safetensors"):
+        problem = _safetensors_problem(ckpt / name)
+        if problem:
+            return problem
+    if not zipfile.is_zipfile(ckpt / "train_state.pt"):
+        return "train_state.pt: not a complete archive"
+    try:
+        step = json.loads((ckpt / "meta.json").read_text())["step"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "meta.json: unreadable or without a step"
+    m = _STEP_DIR.fullmatch(ckpt.name)
+    if m and int(m.group(1)) != step:
+        return f"meta.json says step {step}, the folder step {int(m.group(1))}"
+    return None
+
+
+def clean_temporaries(run_dir: str | Path) -> list[Path]:
+    """Remove what interrupted saves left behind (``.tmp-step-*`` folders, ``.latest.*`` files);
+    call only while holding the run folder's lock. Returns what was removed."""
+    root = Path(run_dir) / "checkpoints"
+    stale = [*root.glob(".tmp-step-*"), *root.glob(".latest.*")] if root.is_dir() else []
+    for p in stale:
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    return stale
+
+
+def has_checkpoints(run_dir: str | Path) -> bool:
+    """Whether a run folder holds any checkpoint, intact or not (``--fresh`` refuses then)."""
+    root = Path(run_dir) / "checkpoints"
+    return bool(step_folders(root)) or (root / "latest").exists()
+
+
 def resolve_checkpoint(path: str | Path) -> Path | None:
-    """A checkpoint folder from a run folder (its latest), a checkpoints folder, or itself."""
+    """A checkpoint folder itself, or the newest intact checkpoint of a run or checkpoints folder
+    (``None`` when it has none). Warns (:class:`CheckpointWarning`) when newer step folders are
+    broken or ``latest`` names another one."""
     path = Path(path)
     if (path / "model.safetensors").exists():
         return path
-    for root in (path / "checkpoints", path):
-        latest = root / "latest"
-        if latest.exists():
-            ckpt = root / latest.read_text().strip()
-            if (ckpt / "model.safetensors").exists():
-                return ckpt
-    return None
+    root = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+    broken = []
+    found = None
+    for ckpt in reversed(step_folders(root)):
+        problem = checkpoint_problem(ckpt)
+        if problem is None:
+            found = ckpt
+            break
+        broken.append(f"{ckpt.name} ({problem})")
+    if broken:
+        warnings.warn(f"skipped broken checkpoints in {root}: {'; '.join(broken)}", CheckpointWarning, stacklevel=2)
+    latest = root / "latest"
+    named = latest.read_text(errors="replace").strip() if latest.is_file() else None
+    if found is not None and named != found.name and not broken:
+        warnings.warn(f"{latest} names {named!r}, but the newest intact checkpoint is {found.name}; using it",
+                      CheckpointWarning, stacklevel=2)
+    return found
 
 
 @dataclass
@@ -104,28 +234,39 @@ class Checkpoint:
     config: Config
     meta: dict[str, Any]
 
+    def _tensors(self, name: str) -> dict[str, torch.Tensor]:
+        try:
+            return load_file(self.path / name)
+        except Exception as err:  # safetensors raises its own error type
+            raise CheckpointError(f"cannot read {self.path / name}: {str(err).splitlines()[0]}") from err
+
     def load_student(self, use_ema: bool = True, device: str | torch.device = "cpu") -> Student:
         """Rebuild the student from the checkpoint's config and load (EMA) weights."""
         student = student_from_config(self.config, self.meta["enc_dim"], self.meta["vocab_size"],
                                       self.meta.get("teacher_dim"))
-        weights = load_file(self.path / ("ema.safetensors" if use_ema else "model.safetensors"))
-        student.load_state_dict(weights)
+        student.load_state_dict(self._tensors("ema.safetensors" if use_ema else "model.safetensors"))
         return student.to(device).eval()
 
     def model_state(self) -> dict[str, torch.Tensor]:
-        return load_file(self.path / "model.safetensors")
+        return self._tensors("model.safetensors")
 
     def ema_state(self) -> dict[str, torch.Tensor]:
-        return load_file(self.path / "ema.safetensors")
+        return self._tensors("ema.safetensors")
 
     def train_state(self) -> dict[str, Any]:
-        return torch.load(self.path / "train_state.pt", weights_only=False)
+        try:
+            return torch.load(self.path / "train_state.pt", weights_only=False)
+        except Exception as err:
+            raise CheckpointError(f"cannot read {self.path / 'train_state.pt'}: {str(err).splitlines()[0]}") from err
 
 
 def open_checkpoint(path: str | Path) -> Checkpoint:
     ckpt = resolve_checkpoint(path)
     if ckpt is None:
-        raise FileNotFoundError(f"no checkpoint found at {path} (expected model.safetensors or checkpoints/latest)")
-    cfg = Config.load(ckpt / "config.yaml")
-    meta = json.loads((ckpt / "meta.json").read_text())
-    return Checkpoint(ckpt, cfg, meta)
+        raise FileNotFoundError(errno.ENOENT, f"no intact checkpoint found at {path} (expected model.safetensors "
+                                "or checkpoints/step-*)", str(path))
+    try:
+        meta = json.loads((ckpt / "meta.json").read_text())
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"cannot read {ckpt / 'meta.json'}: {err}") from err
+    return Checkpoint(ckpt, Config.load(ckpt / "config.yaml"), meta)

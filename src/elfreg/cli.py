@@ -1,10 +1,20 @@
-"""The ``elfreg`` command. Each room registers its own subcommands; this module only wires them."""
+"""The ``elfreg`` command. Each room registers its own subcommands; this module wires them and
+turns every failure into one line.
+
+Expected failures (a bad config value, a missing or unreadable file, a full disk, a read-only
+folder, a folder in use, a broken checkpoint, a missing device) print exactly one line on stderr
+naming the thing at fault and exit non-zero: 2 for bad input, 1 for a failed run, 130 when
+interrupted. ``--debug`` (or ``ELFREG_DEBUG=1``) shows the full traceback instead.
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import sys
+import warnings
 
 # Modules that expose ``register(subparsers)``; each adds subcommands whose handler is stored
 # as ``func`` in the parsed namespace. Imported lazily so ``elfreg --help`` stays fast.
@@ -15,23 +25,68 @@ _COMMAND_MODULES = [
     "elfreg.eval.cli",
     "elfreg.toy.demo",
 ]
+DEBUG_ENV = "ELFREG_DEBUG"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="elfreg", description=__doc__)
+    parser = argparse.ArgumentParser(prog="elfreg", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name in _COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    for command in sub.choices.values():
+        command.add_argument("--debug", action="store_true", help=f"show tracebacks (also {DEBUG_ENV}=1)")
     return parser
+
+
+def describe(err: BaseException) -> tuple[str, int]:
+    """(one line naming what failed, exit status) for an exception."""
+    from .config import ConfigError
+
+    if isinstance(err, ConfigError):
+        return " ".join(str(err).split()), 2
+    if isinstance(err, UnicodeDecodeError):
+        return f"not UTF-8 text ({err.reason} at byte {err.start})", 2
+    if isinstance(err, OSError) and err.errno is not None:
+        reasons = {errno.ENOSPC: "disk full", errno.EACCES: "permission denied", errno.EPERM: "permission denied",
+                   errno.EROFS: "read-only file system", errno.ENOENT: "no such file or directory",
+                   errno.EISDIR: "is a directory, not a file", errno.ENOTDIR: "not a directory"}
+        text = err.strerror or reasons.get(err.errno, os.strerror(err.errno))
+        if err.strerror and err.strerror == os.strerror(err.errno):
+            text = reasons.get(err.errno, text)  # the standard wording, said plainly
+        if err.filename is not None and str(err.filename) not in text:
+            text = f"{text}: {err.filename}"
+        return text, 2 if err.errno in (errno.ENOENT, errno.EISDIR, errno.ENOTDIR) else 1
+    text = " ".join(str(err).split()) or type(err).__name__
+    deliberate = isinstance(err, ValueError | FileExistsError) or type(err).__module__.startswith("elfreg")
+    if not deliberate:  # not a failure elfreg anticipated: say what it was and where to look
+        text = f"{type(err).__name__}: {text} (run with --debug for the traceback)"
+    return text, getattr(err, "exit_status", 2 if isinstance(err, ValueError) else 1)
+
+
+def _one_line_warnings(message, category, filename, lineno, line=None) -> str:
+    return f"warning: {' '.join(str(message).split())}\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    debug = args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    if not debug:
+        warnings.formatwarning = _one_line_warnings
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # per-file loading bars would bury the one line that matters
+        hf_logging.set_verbosity_error()
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print(f"elfreg {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as err:  # noqa: BLE001 - the one place failures become one line
+        if debug:
+            raise
+        text, status = describe(err)
+        print(text if text.startswith("config error:") else f"elfreg {args.command}: error: {text}", file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":

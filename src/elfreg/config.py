@@ -311,10 +311,16 @@ class Config:
     @classmethod
     def load(cls, path: str | Path, overrides: list[str] | None = None) -> Config:
         """Load a YAML file, then apply ``key.sub=value`` overrides (values parsed as YAML)."""
+        raw = Path(path).read_bytes()  # a missing file or a folder fails here, naming the path
         try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
+            data = yaml.safe_load(raw.decode("utf-8")) or {}
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"config error: {path}: not UTF-8 text (byte {err.start})") from None
         except yaml.YAMLError as err:
-            raise ConfigError(f"config error: {path}: not valid YAML ({err})") from None
+            where = getattr(err, "problem_mark", None)
+            at = f" at line {where.line + 1}" if where is not None else ""
+            raise ConfigError(f"config error: {path}: not valid YAML{at} ({getattr(err, 'problem', None) or err})"
+                              ) from None
         if not isinstance(data, dict):
             raise ConfigError(f"config error: {path}: top level must be a mapping")
         for item in overrides or []:

@@ -60,13 +60,20 @@ def apply_override(data: dict[str, Any], item: str) -> None:
     if "=" not in item:
         raise ConfigError(f"config error: override {item!r}: expected key.sub=value")
     key, raw = item.split("=", 1)
+    try:
+        raw.encode("utf-8")  # command-line bytes that are not UTF-8 arrive as lone surrogates
+    except UnicodeEncodeError:
+        raise ConfigError(f"config error: {key}: the value is not UTF-8 text") from None
     parts = key.strip().split(".")
     node = data
     for part in parts[:-1]:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise ConfigError(f"config error: {key}: {part} is not a section")
-    node[parts[-1]] = yaml.safe_load(raw)
+    try:
+        node[parts[-1]] = yaml.safe_load(raw)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config error: {key}: not a valid value ({getattr(err, 'problem', None) or err})") from None
 
 
 def build_dataclass(cls: type, data: dict[str, Any], prefix: str = "") -> Any:

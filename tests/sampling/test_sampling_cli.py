@@ -80,7 +80,7 @@ def test_cli_reports_usage_errors(run_dir, tmp_path, capsys):
     assert main(["sample", "--checkpoint", str(run_dir)]) == 2
     assert "at least one --prompt" in capsys.readouterr().err
     assert main(["sample", "--checkpoint", str(tmp_path / "missing"), "--prompt", "x", "--no-progress"]) == 2
-    assert "no checkpoint" in capsys.readouterr().err
+    assert "no intact checkpoint found at" in capsys.readouterr().err
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"prompt": "add 2 2"}) + "\n")
     assert main(["sample", "--checkpoint", str(run_dir), "--prompts-file", str(prompts), "--nfe", "3",

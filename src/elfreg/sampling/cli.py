@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-from ..config import ConfigError, SampleConfig, add_config_flags, config_flag_values
+from ..config import SampleConfig, add_config_flags, config_flag_values
 from ..device import PRECISIONS
 from ..jsonl import iter_jsonl
 
 
 def _read_prompts(path: str) -> list[str]:
-    """One prompt per line of a text file, or the ``prompt`` field of each line of a .jsonl file."""
+    """One prompt per line of a text file, or the ``prompt`` field of each line of a .jsonl file
+    (bad bytes and bad lines fail naming the file and line)."""
     if path.endswith(".jsonl"):
         prompts = []
         for lineno, record in iter_jsonl(path):
@@ -30,7 +30,11 @@ def _read_prompts(path: str) -> list[str]:
                 raise ValueError(f"{path}:{lineno}: expected a string field 'prompt'")
             prompts.append(record["prompt"])
         return prompts
-    return [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start})") from None
+    return [line for line in text.splitlines() if line.strip()]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,17 +44,13 @@ def run(args: argparse.Namespace) -> int:
     if args.prompts_file:
         prompts += _read_prompts(args.prompts_file)
     if not prompts:
-        print("error: give at least one --prompt or a --prompts-file", file=sys.stderr)
-        return 2
-    try:
-        models = load_checkpoint(args.checkpoint, args.device, args.precision, use_ema=not args.raw_weights)
-        sample = models.config.sample.replace(**config_flag_values(args, SampleConfig))
-        results = generate(models, prompts, sample, samples=args.samples, seed=args.seed, batch_size=args.batch_size,
-                           record_every=args.record_every if args.trajectory_dir else 0,
-                           progress=not args.no_progress)
-    except (FileNotFoundError, ValueError) as err:  # ConfigError is a ValueError
-        print(err if isinstance(err, ConfigError) else f"error: {err}", file=sys.stderr)
-        return 2
+        raise ValueError("give at least one --prompt or a --prompts-file")
+    overrides = config_flag_values(args, SampleConfig)
+    SampleConfig().replace(**overrides)  # bad settings fail before the checkpoint is loaded
+    models = load_checkpoint(args.checkpoint, args.device, args.precision, use_ema=not args.raw_weights)
+    results = generate(models, prompts, models.config.sample.replace(**overrides), samples=args.samples,
+                       seed=args.seed, batch_size=args.batch_size,
+                       record_every=args.record_every if args.trajectory_dir else 0, progress=not args.no_progress)
 
     for r in results:
         if r.sample_index == 0:

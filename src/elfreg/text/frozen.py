@@ -8,7 +8,9 @@ deepest layer a wrapper reads are dropped at load time, so an encoder read at la
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -18,9 +20,22 @@ from ..device import autocast
 from .canvas import Canvas
 
 
+class ModelUnavailable(RuntimeError):
+    """A frozen model could not be loaded (not a local folder, and not in the local HF cache)."""
+
+
 def load_causal_lm(name_or_path: str, revision: str | None = None, **kwargs) -> PreTrainedModel:
-    """Load an HF causal LM and freeze it."""
-    lm = AutoModelForCausalLM.from_pretrained(name_or_path, revision=revision, **kwargs)
+    """Load an HF causal LM (hub id or local folder) and freeze it. A path that does not exist
+    fails with ``FileNotFoundError``; any other load failure with :class:`ModelUnavailable`, in
+    one line naming the model."""
+    # "org/name" may be a hub id or a relative folder; an absolute or ./ path is surely a folder
+    if name_or_path.startswith((".", "/", "~")) and not Path(name_or_path).expanduser().exists():
+        raise FileNotFoundError(errno.ENOENT, "no such model folder", name_or_path)
+    try:
+        lm = AutoModelForCausalLM.from_pretrained(name_or_path, revision=revision, **kwargs)
+    except (OSError, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ModelUnavailable(f"cannot load model {name_or_path!r}: {first}") from err
     return freeze(lm)
 
 

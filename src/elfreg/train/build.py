@@ -8,16 +8,19 @@ a scale-out layer can wrap any step of it.
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..checkpoint import open_checkpoint, resolve_checkpoint
+from ..checkpoint import CheckpointError, clean_temporaries, has_checkpoints, open_checkpoint, resolve_checkpoint
 from ..config import Config
 from ..data.examples import Example, load_examples
 from ..device import resolve_device, use_bf16
+from ..jsonl import read_jsonl
 from ..model.presets import student_from_config
 from ..model.student import Student
 from ..text.load import FrozenText, load_frozen_text
@@ -67,12 +70,13 @@ def build_run(cfg: Config, examples: list[Example] | None = None) -> Run:
     tc = cfg.train
     device = resolve_device(tc.device)
     bf16 = use_bf16(device, tc.precision)
-    torch.manual_seed(tc.seed)
-    with_teacher = cfg.needs_teacher
-    frozen = load_frozen_text(cfg.text, with_teacher=with_teacher, device=device, bf16=bf16)
+    # the data first: a missing or malformed file fails before any model is loaded
     examples = examples if examples is not None else load_examples(cfg.data)
     if not examples:
         raise ValueError("no training examples")
+    torch.manual_seed(tc.seed)
+    with_teacher = cfg.needs_teacher
+    frozen = load_frozen_text(cfg.text, with_teacher=with_teacher, device=device, bf16=bf16)
     teacher_dim = frozen.teacher.width if with_teacher else None
     student = student_from_config(cfg, frozen.encoder.width, frozen.encoder.vocab_size, teacher_dim).to(device)
     student = parallelize(student, cfg)
@@ -131,17 +135,25 @@ def _check_resumable(cfg: Config, saved: Config) -> None:
 
 def start_run(cfg: Config, examples: list[Example] | None = None, resume_existing: bool = True
               ) -> tuple[Run, int]:
-    """Open ``train.out_dir`` and return its run and the steps already done.
+    """Open ``train.out_dir`` and return its run and the steps already done. Call it holding the
+    folder's lock (:func:`elfreg.runs.locked`; :func:`~elfreg.train.loop.train` does).
 
-    A folder holding a checkpoint continues from its latest one (or, with ``resume_existing``
-    false, is refused with ``FileExistsError`` before anything is built); otherwise the run
-    starts at step 0 with REG statistics calibrated when a teacher is used. The resolved config
-    is written to ``config.yaml`` in the folder.
+    Leftovers of interrupted saves are removed first. A folder holding any checkpoint continues
+    from its newest *intact* one, whatever ``checkpoints/latest`` says, and its ``metrics.jsonl``
+    is cut back to that step; with ``resume_existing`` false such a folder is refused with
+    ``FileExistsError`` before anything is built. Otherwise the run starts at step 0 with REG
+    statistics calibrated when a teacher is used. The resolved config is written to
+    ``config.yaml`` in the folder.
     """
     run_dir = Path(cfg.train.out_dir)
+    clean_temporaries(run_dir)
+    if not resume_existing and has_checkpoints(run_dir):
+        raise FileExistsError(f"{run_dir} already holds checkpoints; --fresh refuses to touch it "
+                              "(choose a new train.out_dir)")
     existing = resolve_checkpoint(run_dir)
-    if existing is not None and not resume_existing:
-        raise FileExistsError(f"{run_dir} already holds checkpoints; refusing to overwrite (use a new out_dir)")
+    if existing is None and has_checkpoints(run_dir):
+        raise CheckpointError(f"{run_dir} holds checkpoints but none is intact; refusing to start over on "
+                              "top of them (move them away or choose a new train.out_dir)")
     run_dir.mkdir(parents=True, exist_ok=True)
     run = build_run(cfg, examples)
     step = 0
@@ -149,5 +161,17 @@ def start_run(cfg: Config, examples: list[Example] | None = None, resume_existin
         step = resume(run, existing)
     elif run.with_teacher:
         calibrate_reg(run)
+    cut_metrics(run_dir / "metrics.jsonl", step)
     cfg.save(run_dir / "config.yaml")
     return run, step
+
+
+def cut_metrics(path: Path, step: int) -> None:
+    """Drop the ``metrics.jsonl`` lines of steps after ``step`` (a resumed run logs them again);
+    the file is replaced atomically."""
+    if not path.exists():
+        return
+    keep = [r for r in read_jsonl(path) if r.get("step", 0) <= step]
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
+    os.replace(tmp, path)

@@ -1,29 +1,18 @@
-"""``elfreg train --config FILE.yaml [key.sub=value ...]``."""
+"""``elfreg train --config FILE.yaml [key.sub=value ...]``. Failures propagate to the one handler
+of :mod:`elfreg.cli` (one line, non-zero exit)."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 
-from ..config import Config, ConfigError
+from ..config import Config
 
 
 def run(args: argparse.Namespace) -> int:
-    from .loop import TrainingDiverged, train
+    from .loop import train
 
-    try:
-        cfg = Config.load(args.config, args.override)
-    except ConfigError as err:
-        print(err, file=sys.stderr)
-        return 2
-    try:
-        result = train(cfg, resume=not args.fresh)
-    except TrainingDiverged as err:
-        print(f"training stopped: {err}", file=sys.stderr)
-        return 1
-    except (FileExistsError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    cfg = Config.load(args.config, args.override)
+    result = train(cfg, resume=not args.fresh)
     losses = ", ".join(f"{k} {v:.4f}" for k, v in result.last_losses.items())
     print(f"trained to step {result.step}; last losses: {losses}; checkpoint: {result.checkpoint}")
     return 0

@@ -11,7 +11,6 @@ those (and the build) without touching the loop.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +20,23 @@ from tqdm.auto import tqdm
 from ..checkpoint import save_checkpoint
 from ..config import Config
 from ..data.examples import Example
+from ..jsonl import append_jsonl
+from ..runs import GracefulInterrupt, locked
 from .build import Run, start_run, train_state
 from .step import TrainingDiverged, train_step
 
-__all__ = ["TrainResult", "TrainingDiverged", "save", "train", "train_loop"]
+__all__ = ["TrainResult", "TrainingDiverged", "TrainingInterrupted", "save", "train", "train_loop"]
+
+
+class TrainingInterrupted(RuntimeError):
+    """SIGINT or SIGTERM stopped the run after a finished step, which was checkpointed."""
+
+    exit_status = 130
+
+    def __init__(self, signal_name: str, step: int, checkpoint: Path):
+        super().__init__(f"interrupted by {signal_name} after step {step}; checkpoint saved at {checkpoint}; "
+                         "run the same command to resume")
+        self.step, self.checkpoint = step, checkpoint
 
 
 @dataclass
@@ -57,7 +69,7 @@ def train_loop(run: Run, step: int, stop_at: int | None = None) -> TrainResult:
     terms: dict[str, float] = {}
     bar = tqdm(total=tc.steps, initial=step, desc="train", disable=not tc.progress, dynamic_ncols=True)
     tokens_seen, t0 = 0, time.perf_counter()
-    with open(run.run_dir / "metrics.jsonl", "a") as log:
+    with GracefulInterrupt() as stop:
         while step < end:
             result = train_step(run, step)
             step += 1
@@ -68,11 +80,14 @@ def train_loop(run: Run, step: int, stop_at: int | None = None) -> TrainResult:
                 rate = tokens_seen / max(time.perf_counter() - t0, 1e-9)
                 bar.set_postfix(loss=f"{terms['total']:.3f}", dec=f"{terms['decode']:.2f}",
                                 den=f"{terms['denoise']:.3f}", tok_s=f"{rate:.0f}")
-                log.write(json.dumps({"step": step, "lr": result.lr, "grad_norm": result.grad_norm,
-                                      "tokens_per_s": rate, **terms}) + "\n")
-                log.flush()
-            if step % tc.ckpt_every == 0 or step == end:
+                append_jsonl(run.run_dir / "metrics.jsonl", {"step": step, "lr": result.lr,
+                                                             "grad_norm": result.grad_norm, "tokens_per_s": rate,
+                                                             **terms})
+            if step % tc.ckpt_every == 0 or step == end or stop.requested:
                 save(run, step)
+            if stop.requested and step < end:
+                bar.close()
+                raise TrainingInterrupted(stop.signal_name, step, run.last_checkpoint)
     bar.close()
     return TrainResult(run.run_dir, step, terms, run.last_checkpoint)
 
@@ -82,8 +97,12 @@ def train(cfg: Config, examples: list[Example] | None = None, resume: bool = Tru
     """Train a student as ``cfg`` says; resumes from ``train.out_dir`` when it holds a checkpoint
     (``resume=False`` refuses such a folder with ``FileExistsError``).
 
-    ``stop_at`` ends this invocation after that step (with a checkpoint) without changing the
-    schedule, so long jobs can run in slices and resume exactly.
+    The run folder is locked for the whole call (a second process refuses with
+    :class:`~elfreg.runs.FolderInUse`). SIGINT or SIGTERM finish the current step, checkpoint it
+    and raise :class:`TrainingInterrupted`; a second signal stops at once. ``stop_at`` ends this
+    invocation after that step (with a checkpoint) without changing the schedule, so long jobs
+    can run in slices and resume exactly.
     """
-    run, step = start_run(cfg, examples, resume_existing=resume)
-    return train_loop(run, step, stop_at)
+    with locked(cfg.train.out_dir):
+        run, step = start_run(cfg, examples, resume_existing=resume)
+        return train_loop(run, step, stop_at)

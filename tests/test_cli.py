@@ -1,0 +1,103 @@
+"""The one failure handler of the ``elfreg`` command: every expected failure is one line on
+stderr, without a traceback, naming what is at fault, with a non-zero exit status."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from elfreg.cli import main
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_assets, tmp_path_factory):
+    from elfreg.data.examples import Example
+    from elfreg.train.loop import train
+
+    from conftest import tiny_config
+
+    root = tmp_path_factory.mktemp("cli")
+    cfg = tiny_config(tiny_assets, root, train={"steps": 2, "ckpt_every": 2})
+    cfg.save(root / "ok.yaml")
+    data = root / "data.jsonl"
+    data.write_text(json.dumps({"prompt": "add 1 2", "answer": "3"}) + "\n")
+    (root / "null.jsonl").write_text(json.dumps({"prompt": "add 1 2", "answer": "3"}) + "\n"
+                                     + json.dumps({"prompt": None, "answer": "4"}) + "\n")
+    (root / "latin1.yaml").write_bytes("train:\n  out_dir: caf\xe9\n".encode("latin-1"))
+    (root / "broken.yaml").write_text("train: [steps: 3\n")
+    (root / "plan.yaml").write_text("eval:\n  nfez: [4]\n")
+    (root / "a_folder").mkdir()
+    run = train(cfg, [Example("add 1 2", "3"), Example("add 2 2", "4")])
+    broken = root / "broken_ckpt"
+    shutil.copytree(run.checkpoint, broken)
+    for name in ("model.safetensors", "ema.safetensors"):
+        (broken / name).write_bytes((broken / name).read_bytes()[:40])
+    return root
+
+
+BAD = [  # (argv, what the line must name)
+    (["train", "--config", "{root}/missing.yaml"], "missing.yaml"),
+    (["train", "--config", "{root}/a_folder"], "a_folder"),
+    (["train", "--config", "{root}/latin1.yaml"], "latin1.yaml: not UTF-8"),
+    (["train", "--config", "{root}/broken.yaml"], "broken.yaml: not valid YAML"),
+    (["train", "--config", "{root}/ok.yaml", "train.ckpt_every=0"], "train.ckpt_every"),
+    (["train", "--config", "{root}/ok.yaml", "train.log_every=0"], "train.log_every"),
+    (["train", "--config", "{root}/ok.yaml", "train.warmup_steps=-10"], "train.warmup_steps"),
+    (["train", "--config", "{root}/ok.yaml", "train.lr=fast"], "train.lr"),
+    (["train", "--config", "{root}/ok.yaml", "train.out_dir=caf\udce9"], "train.out_dir: the value is not UTF-8"),
+    (["train", "--config", "{root}/ok.yaml", "train.out_dir={root}/r1", "text.encoder=/nonexistent/enc"],
+     "/nonexistent/enc"),
+    (["train", "--config", "{root}/ok.yaml", "train.out_dir={root}/r2", "data.source=jsonl",
+      "data.path={root}/missing.jsonl"], "missing.jsonl"),
+    (["train", "--config", "{root}/ok.yaml", "train.out_dir={root}/r3", "data.source=jsonl",
+      "data.path={root}/null.jsonl"], "null.jsonl:2: field 'prompt' must be a string"),
+    (["train", "--config", "{root}/ok.yaml", "train.out_dir={root}/r4", "train.device=cuda"], "cuda"),
+    (["train", "--config", "{root}/ok.yaml", "train.out_dir={root}/a_folder/x\x00"], ""),
+    (["sample", "--checkpoint", "{root}/nowhere", "--prompt", "x"], "nowhere"),
+    (["sample", "--checkpoint", "{root}/run", "--prompt", "x", "--nfe", "1"], "sample.nfe"),
+    (["sample", "--checkpoint", "{root}/broken_ckpt", "--prompt", "x"], "broken_ckpt/ema.safetensors"),
+    (["sample", "--checkpoint", "{root}/broken_ckpt", "--prompt", "x", "--raw-weights"],
+     "broken_ckpt/model.safetensors"),
+    (["sample", "--checkpoint", "{root}/run", "--prompts-file", "{root}/latin1.yaml"], "latin1.yaml: not UTF-8"),
+    (["demo", "--config", "{root}/plan.yaml", "--out", "{root}/d"], "eval.nfez"),
+    (["demo", "--quick", "eval.nfes=[1]", "--out", "{root}/d"], "eval.nfes"),
+    (["params", "--config", "{root}/missing.yaml"], "missing.yaml"),
+]
+
+
+@pytest.mark.parametrize(("argv", "named"), BAD, ids=[" ".join(a[:2] + a[3:4]) for a, _ in BAD])
+def test_bad_input_is_one_line_without_a_traceback(setup, capsys, argv, named):
+    if "train.device=cuda" in argv and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    capsys.readouterr()
+    rc = main([a.replace("{root}", str(setup)) for a in argv])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc != 0
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    assert named.replace("{root}", str(setup)) in err[0], err
+
+
+def test_debug_shows_the_traceback(setup, monkeypatch):
+    monkeypatch.setenv("ELFREG_DEBUG", "1")
+    with pytest.raises(FileNotFoundError):
+        main(["train", "--config", str(setup / "missing.yaml")])
+
+
+def test_a_read_only_output_folder_is_one_line(setup, tmp_path, capsys):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs is not allowed here")
+    try:
+        capsys.readouterr()
+        rc = main(["train", "--config", str(setup / "ok.yaml"), f"train.out_dir={ro}/run"])
+        err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert rc != 0 and len(err) == 1 and "read-only file system" in err[0] and str(ro) in err[0], err
+    finally:
+        subprocess.run(["umount", str(ro)], check=False)
+    assert Path(ro).exists()
