@@ -1,6 +1,7 @@
 """Generation from a checkpoint, then scoring: the path of ``elfreg eval --checkpoint``.
 
-Contract of :func:`evaluate_checkpoint`: the task's zero-shot prompts go to the sampling room
+Contract of :func:`evaluate_checkpoint`: the task's zero-shot prompts (in the template the
+checkpoint was trained with, ``data.template``, unless one is given) go to the sampling room
 in one call (:func:`_generate`, the eval room's only use of it); the sampler settings are the
 checkpoint's ``sample`` section with ``sample_overrides`` applied; sample ``j`` of every prompt
 is generated with seed ``seed + j``; the outputs are saved as ``predictions.jsonl`` (``solution``
@@ -41,6 +42,17 @@ def _generate(checkpoint: str, prompts: list[str], sample_overrides: Mapping[str
     return outputs, dataclasses.asdict(sample)
 
 
+def _trained_template(checkpoint: str) -> str | None:
+    """The ``data.template`` a checkpoint was trained with (``None`` when it cannot be read: the
+    generation step then names the problem)."""
+    from elfreg.checkpoint import open_checkpoint
+
+    try:
+        return open_checkpoint(checkpoint).config.data.template
+    except (OSError, ValueError, RuntimeError):
+        return None
+
+
 def evaluate_checkpoint(
     task: str | Task,
     checkpoint: str,
@@ -65,6 +77,9 @@ def evaluate_checkpoint(
         EvalError: the generator returned the wrong number of outputs.
     """
     task_obj = task if isinstance(task, Task) else get_task(task, **dict(task_options or {}))
+    trained = _trained_template(checkpoint)
+    if trained is not None:
+        task_obj.use_trained_template(trained)
     problems = task_obj.problems()[:limit] if limit is not None else task_obj.problems()
     prompts = [task_obj.prompt(p) for p in problems]
     outputs, sample = _generate(checkpoint, prompts, sample_overrides or {}, samples, seed, batch_size, device,
