@@ -23,6 +23,7 @@ _COMMAND_MODULES = [
     "elfreg.train.cli",
     "elfreg.sampling.cli",
     "elfreg.eval.cli",
+    "elfreg.data.cli",
     "elfreg.toy.demo",
 ]
 DEBUG_ENV = "ELFREG_DEBUG"
