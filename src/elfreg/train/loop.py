@@ -19,9 +19,9 @@ from tqdm.auto import tqdm
 
 from ..checkpoint import save_checkpoint
 from ..config import Config
-from ..data.examples import Example
 from ..jsonl import append_jsonl
 from ..runs import GracefulInterrupt, locked
+from .batch import TrainingData
 from .build import Run, start_run, train_state
 from .step import TrainingDiverged, train_step
 
@@ -92,7 +92,7 @@ def train_loop(run: Run, step: int, stop_at: int | None = None) -> TrainResult:
     return TrainResult(run.run_dir, step, terms, run.last_checkpoint)
 
 
-def train(cfg: Config, examples: list[Example] | None = None, resume: bool = True,
+def train(cfg: Config, examples: TrainingData | None = None, resume: bool = True,
           stop_at: int | None = None) -> TrainResult:
     """Train a student as ``cfg`` says; resumes from ``train.out_dir`` when it holds a checkpoint
     (``resume=False`` refuses such a folder with ``FileExistsError``).
