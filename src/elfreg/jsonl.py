@@ -1,13 +1,15 @@
 """The one JSONL reader and writer of elfreg: one JSON object per line, UTF-8.
 
 Every reading error names the file and the line (``data.jsonl:12: ...``): bytes that are not
-UTF-8, a line that is not JSON, a JSON value that is not an object. Blank lines are skipped.
-Appending writes one line and flushes it, so a file being written by a long job holds only whole
-records up to the last flush, and a reader of a file cut mid-line by a crash names that line.
+UTF-8, a line that is not JSON, a JSON value that is not an object. Blank lines are skipped; a
+``.gz`` file is read through gzip. Appending writes one line and flushes it, so a file being
+written by a long job holds only whole records up to the last flush, and a reader of a file cut
+mid-line by a crash names that line.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +18,8 @@ from typing import Any
 
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for every non-blank line of ``path``."""
-    with open(path, "rb") as f:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rb") as f:
         for lineno, raw in enumerate(f, start=1):
             try:
                 line = raw.decode("utf-8")
@@ -45,3 +48,4 @@ def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(record, ensure_ascii=False) + "\n")
         f.flush()
+

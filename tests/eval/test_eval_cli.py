@@ -64,7 +64,8 @@ def test_score_gsm8k_predictions_file_with_coverage(tmp_path: Path, capsys: pyte
 def test_malformed_predictions_fail_with_line_number(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     _gsm8k_or_skip()
     cases = {
-        "bad json": (['{"task_id": "gsm8k/0", "completion": "#### 1"}', "", "{not json"], ":3: invalid JSON"),
+        "bad json": (['{"task_id": "gsm8k/0", "completion": "#### 1"}', "", "{not json"], ":3: not valid JSON"),
+        "not an object": (['["gsm8k/0", "#### 1"]'], ":1: expected a JSON object, got list"),
         "no text": ([{"task_id": "gsm8k/0"}], ":1: has neither"),
         "both": ([{"task_id": "gsm8k/0", "completion": "a", "solution": "b"}], ":1: has both"),
         "unknown id": ([{"task_id": "gsm8k/0", "completion": "1"}, {"task_id": "HumanEval/1", "completion": "1"}],
