@@ -31,3 +31,7 @@ def test_recorded_outputs_are_cached_and_a_corrupt_entry_is_recorded_again(tmp_p
     assert redone["expected"] == first["expected"] and progress == [1]
     assert json.loads(entry.read_text())["expected"] == first["expected"]
 
+
+def test_a_stop_before_recording_caches_nothing(tmp_path: Path) -> None:
+    out = ExpectedOutputs(tmp_path).get([_problem()], workers=1, should_stop=lambda: True)
+    assert out["Toy/0"]["error"].startswith("not run") and list(tmp_path.glob("*.json")) == []

@@ -25,7 +25,7 @@ from elfreg.jsonl import append_jsonl, read_jsonl
 from elfreg.paths import cache_dir
 
 from .code_harness import CODE_LIMITS, HARNESS_VERSION, CodeProblem, harness_job, sandbox_reason, suite_results
-from .sandbox import SandboxJob, run_many
+from .sandbox import NOT_RUN, SandboxJob, run_many
 
 __all__ = ["ExpectedOutputs", "RECORD_TIMEOUT", "RECORD_MEMORY_MB"]
 
@@ -91,8 +91,13 @@ class ExpectedOutputs:
         problems: Sequence[CodeProblem],
         workers: int | None = None,
         progress: Callable[[int], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> dict[str, dict[str, Any]]:
-        """``task_id → {"expected": base64 pickle, "times": [...]}`` or ``{"error": reason}``."""
+        """``task_id → {"expected": base64 pickle, "times": [...]}`` or ``{"error": reason}``.
+
+        Once ``should_stop()`` is true no further recording starts; the problems not recorded map
+        to an ``error`` saying so and nothing is cached for them.
+        """
         out: dict[str, dict[str, Any]] = {}
         todo = []
         for p in problems:
@@ -106,8 +111,11 @@ class ExpectedOutputs:
         if not todo:
             return out
         jobs = [_record_job(p) for p in todo]
-        results = run_many(jobs, workers, progress=progress)
+        results = run_many(jobs, workers, progress=progress, should_stop=should_stop)
         for p, res in zip(todo, results, strict=True):
+            if res.status == NOT_RUN:
+                out[p.task_id] = {"error": res.reason}
+                continue
             record = suite_results(res).get("record")
             if record and record.get("passed") and len(record.get("times", [])) == p.io.n_total:  # type: ignore[union-attr]
                 data = {"expected": record["expected"], "times": record["times"]}

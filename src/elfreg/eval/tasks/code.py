@@ -84,12 +84,13 @@ class _CodeTask(Task):
         alias: bool = True,
         progress: Callable[[int], None] | None = None,
         record_progress: Callable[[int], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> list[Verdict]:
         code_samples = [(p["code"], output, form) for p, output, form in samples]
         return check_code_samples(
             code_samples, self.score_names, primary=self.primary_score(alias), workers=workers,
             timeout=timeout, io_timeout=io_timeout, expected=self.expected, progress=progress,
-            record_progress=record_progress,
+            record_progress=record_progress, should_stop=should_stop,
         )
 
     def describe(self) -> dict[str, Any]:
