@@ -9,6 +9,8 @@ deviation across seeds, pass@k). Malformed predictions and unknown task ids rais
 :class:`~elfreg.eval.predictions.PredictionError` before anything is checked. Once
 ``should_stop`` is true no further sample is checked and the report is partial (``complete``
 false, the unchecked samples counted apart and left out of every statistic).
+:func:`evaluate_predictions` scores a predictions file into an output folder held for it
+(:func:`elfreg.eval.outdir.claimed`).
 """
 
 from __future__ import annotations
@@ -19,14 +21,18 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from .outdir import claimed
 from .predictions import Prediction, PredictionError, check_task_ids, parse_prediction_records, read_predictions
 from .reporting import EvalReport, build_summary, format_table, progress_bar, write_outputs
+from .sources import file_sha256
 from .tasks import Task, get_task
 from .verdict import Verdict
 
-__all__ = ["EvalReport", "PredictionError", "Tally", "reason_kind", "score_predictions", "tally_verdicts"]
+__all__ = ["EvalReport", "PredictionError", "Tally", "evaluate_predictions", "reason_kind", "score_predictions",
+           "tally_verdicts"]
 
 
 def _resolve_predictions(predictions: str | os.PathLike | Iterable[Any]) -> tuple[list[Prediction], str]:
@@ -128,6 +134,43 @@ def score_predictions(
     if out_dir is not None:
         write_outputs(out_dir, summary, records, table)
     return EvalReport(summary, records, table)
+
+
+def evaluate_predictions(
+    task: str | Task,
+    predictions: str | os.PathLike,
+    *,
+    out_dir: str | os.PathLike | None = None,
+    overwrite: bool = False,
+    task_options: Mapping[str, Any] | None = None,
+    **score_kwargs: Any,
+) -> EvalReport:
+    """:func:`score_predictions` of a predictions file into an output folder held for this scoring.
+
+    The folder's identity (:func:`elfreg.eval.outdir.claimed`) is the task, the file's absolute
+    path and SHA-256, and the scoring options that change verdicts (``limit``, ``timeout``,
+    ``io_timeout``, ``alias``): the same scoring again replaces its own results; another one is
+    refused unless ``overwrite``.
+
+    Raises:
+        PredictionError: the file cannot be read (before the folder is touched), or is malformed.
+        EvalError: ``out_dir`` is not writable or holds another evaluation.
+        FolderInUse: another process holds ``out_dir``.
+    """
+    path = Path(predictions)
+    try:
+        digest = file_sha256(path)
+    except OSError as err:
+        raise PredictionError(f"cannot read predictions file {path}: {err.strerror or err}") from None
+    task_obj = task if isinstance(task, Task) else get_task(task, **dict(task_options or {}))
+    identity = {"kind": "predictions", **task_obj.identity(), "predictions": str(path.resolve()), "sha256": digest,
+                **{k: score_kwargs.get(k, default) for k, default in _VERDICT_OPTIONS.items()}}
+    with claimed(out_dir, identity, overwrite=overwrite):
+        return score_predictions(task_obj, path, out_dir=out_dir, **score_kwargs)
+
+
+#: the scoring options that can change a verdict, with score_predictions' defaults
+_VERDICT_OPTIONS = {"limit": None, "timeout": 10.0, "io_timeout": 60.0, "alias": True}
 
 
 def _record(task_id: str, sample: int, p: Prediction, v: Verdict) -> dict[str, Any]:

@@ -15,6 +15,8 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+from elfreg.paths import data_dir
+
 from ..sources import DataSource, load_rows
 from ..verdict import Verdict
 
@@ -125,3 +127,8 @@ class Task:
     def describe(self) -> dict[str, Any]:
         return {"task": self.name, "kind": self.kind, "template": self.template, "data": self.provenance}
 
+    def identity(self) -> dict[str, Any]:
+        """What selects the problems and prompts, known before the data is loaded: the task, the
+        data source and folder, the template (part of an output folder's identity)."""
+        return {"task": self.name, "source": self.source, "data_dir": str(data_dir(self.data_dir)),
+                "template": self.template}

@@ -93,6 +93,9 @@ class _CodeTask(Task):
             record_progress=record_progress, should_stop=should_stop,
         )
 
+    def identity(self) -> dict[str, Any]:
+        return {**super().identity(), "plus_limit": self.plus_limit}
+
     def describe(self) -> dict[str, Any]:
         info = super().describe()
         info["plus_limit"] = self.plus_limit
@@ -202,6 +205,9 @@ class MbppTask(_CodeTask):
             problems.append({"task_id": f"Mbpp/{number}", "text": r["text"], "tests": "\n".join(r["test_list"]),
                              "entry_point": entry, "canonical_solution": r["code"], "code": code})
         return problems
+
+    def identity(self) -> dict[str, Any]:
+        return {**super().identity(), "subset": self.subset}
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()
