@@ -10,6 +10,9 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+from safetensors.torch import save_file
+
 from elfreg.config import Config, SampleConfig
 from elfreg.eval.cli import build_parser
 
@@ -21,12 +24,15 @@ def eval_main(argv: list[str]) -> int:
 
 
 def fake_checkpoint(folder: Path) -> Path:
-    """A folder that :func:`elfreg.checkpoint.open_checkpoint` accepts (config, meta, an empty
-    weights file): enough for everything before the sampling room, which the fake replaces."""
+    """A folder that :func:`elfreg.checkpoint.open_checkpoint` accepts as intact (every file, no
+    weights in them): enough for everything before the sampling room, which the fake replaces."""
     folder.mkdir(parents=True, exist_ok=True)
     Config().save(folder / "config.yaml")
-    (folder / "meta.json").write_text("{}")
-    (folder / "model.safetensors").write_bytes(b"")
+    step = int(folder.name.split("-")[1]) if folder.name.startswith("step-") else 0
+    (folder / "meta.json").write_text(json.dumps({"step": step}))
+    for name in ("model.safetensors", "ema.safetensors"):
+        save_file({}, folder / name)
+    torch.save({}, folder / "train_state.pt")
     return folder
 
 

@@ -201,15 +201,13 @@ def test_the_identity_is_written_before_generating_and_a_folder_without_results_
 def test_a_run_folder_whose_latest_checkpoint_moved_on_is_another_evaluation(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     runs = tmp_path / "train-run" / "checkpoints"
-    for step in ("step-0000002", "step-0000004"):
-        fake_checkpoint(runs / step)
-    (runs / "latest").write_text("step-0000002")
+    fake_checkpoint(runs / "step-0000002")
     monkeypatch.setattr(generation, "_generate", FakeGenerator())
     out = tmp_path / "out"
     argv = ["--task", "gsm8k", "--source", str(gsm8k_file(tmp_path / "gsm8k.jsonl", 2)), "--checkpoint",
             str(tmp_path / "train-run"), "--samples", "1", "--out", str(out), "--no-progress"]
     assert eval_main(argv) == 0
-    (runs / "latest").write_text("step-0000004")  # training went on: the same path names other weights
+    fake_checkpoint(runs / "step-0000004")  # training went on: the same path names other weights
     capsys.readouterr()
     assert eval_main(argv) == 2
     err = capsys.readouterr().err.splitlines()
