@@ -137,11 +137,16 @@ class SampleConfig:
         "help": "SC-CFG scale w, a network input (GSM8K 3, code and MATH 2)"})
     prompt_cfg: float = field(default=1.0, metadata={
         "help": "plain prompt CFG scale; ≠ 1 adds a prompt-dropped call per step (inference-only)"})
+    renoise_mode: Literal["both", "schedule", "renoise"] = field(default="both", metadata={
+        "help": "re-noising parts (Table 4/30): both; schedule (its time grid, plain Euler); renoise "
+                "(fresh noise on the early-stop grid)"})
     renoise_eta: float = field(default=1.2, metadata={"help": "re-noising: noise scale η of the fresh noise"})
     renoise_power: float = field(default=0.5, metadata={"help": "re-noising: schedule power p"})
     adaptive_patience: int = field(default=2, metadata={
         "help": "adaptive exit: stop after this many checks whose answer equals the previous one"})
     adaptive_interval: int = field(default=4, metadata={"help": "adaptive exit: check every K denoiser steps"})
+    reg: bool = field(default=True, metadata={
+        "help": "run the REG token at inference (false: REG removed at inference, Table 5)"})
 
     def validate(self) -> SampleConfig:
         """Range checks (one-line :class:`ConfigError` naming the key); returns self."""
@@ -155,6 +160,8 @@ class SampleConfig:
             ("renoise_power", self.renoise_power > 0, "must be > 0"),
             ("adaptive_patience", self.adaptive_patience >= 1, "must be >= 1"),
             ("adaptive_interval", self.adaptive_interval >= 1, "must be >= 1"),
+            ("renoise_mode", self.renoise_mode in ("both", "schedule", "renoise"),
+             "must be one of both, schedule, renoise"),
         ]
         for key, ok, why in checks:
             if not ok:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from eval_fakes import fake_checkpoint
 
 from elfreg.config import SampleConfig
 from elfreg.eval import PredictionError, generation, get_task, score_predictions
@@ -64,7 +65,8 @@ def test_score_gsm8k_predictions_file_with_coverage(tmp_path: Path, capsys: pyte
 def test_malformed_predictions_fail_with_line_number(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     _gsm8k_or_skip()
     cases = {
-        "bad json": (['{"task_id": "gsm8k/0", "completion": "#### 1"}', "", "{not json"], ":3: invalid JSON"),
+        "bad json": (['{"task_id": "gsm8k/0", "completion": "#### 1"}', "", "{not json"], ":3: not valid JSON"),
+        "not an object": (['["gsm8k/0", "#### 1"]'], ":1: expected a JSON object, got list"),
         "no text": ([{"task_id": "gsm8k/0"}], ":1: has neither"),
         "both": ([{"task_id": "gsm8k/0", "completion": "a", "solution": "b"}], ":1: has both"),
         "unknown id": ([{"task_id": "gsm8k/0", "completion": "1"}, {"task_id": "HumanEval/1", "completion": "1"}],
@@ -94,30 +96,36 @@ def test_checkpoint_path_generates_with_the_given_settings(tmp_path: Path, monke
     problems = _gsm8k_or_skip()
     calls = []
 
-    def fake_generate(checkpoint, prompts, overrides, samples, seed, batch_size, device, precision, progress):
-        calls.append(dict(checkpoint=checkpoint, prompts=prompts, overrides=dict(overrides), samples=samples,
-                          seed=seed, batch_size=batch_size))
+    def fake_generate(checkpoint, prompts, sample, samples, seed, batch_size, device, precision):
+        calls.append(dict(checkpoint=checkpoint, prompts=prompts, sample=sample, samples=samples, seed=seed,
+                          batch_size=batch_size))
         gold = {get_task("gsm8k").prompt(p): p["answer"] for p in problems[:5]}
         # sample j (seed + j) is right exactly when j is even
-        outputs = [[f"#### {gold[pr]}" if j % 2 == 0 else "#### 0.5" for j in range(samples)] for pr in prompts]
-        return outputs, {**dataclasses.asdict(SampleConfig()), **overrides}
+        return [[f"#### {gold[pr]}" if j % 2 == 0 else "#### 0.5" for j in range(samples)] for pr in prompts]
 
     monkeypatch.setattr(generation, "_generate", fake_generate)
     out = tmp_path / "out"
-    rc = _main(["--task", "gsm8k", "--checkpoint", str(tmp_path / "ckpt"), "--samples", "4", "--nfe", "16",
+    ckpt = fake_checkpoint(tmp_path / "ckpt")
+    rc = _main(["--task", "gsm8k", "--checkpoint", str(ckpt), "--samples", "4", "--nfe", "16",
                 "--sampler", "full-span", "--renoise-eta", "0.5", "--seed", "7", "--limit", "5", "--out", str(out),
                 "--no-progress"])
     assert rc == 0
-    assert len(calls) == 1
-    call = calls[0]
-    assert call["overrides"] == {"nfe": 16, "sampler": "full-span", "renoise_eta": 0.5}
-    assert (call["samples"], call["seed"], call["batch_size"]) == (4, 7, 8)
-    assert len(call["prompts"]) == 5 and problems[0]["question"] in call["prompts"][0]
+    # chunks of lcm(batch 8, samples 4) = 8 jobs = 2 prompts
+    assert [len(c["prompts"]) for c in calls] == [2, 2, 1]
+    expected = SampleConfig().replace(nfe=16, sampler="full-span", renoise_eta=0.5)
+    for call in calls:
+        assert call["sample"] == expected and call["checkpoint"] == ckpt.resolve()
+        assert (call["samples"], call["seed"], call["batch_size"]) == (4, 7, 8)
+    assert problems[0]["question"] in calls[0]["prompts"][0] and problems[4]["question"] in calls[2]["prompts"][0]
     summary = json.loads((out / "summary.json").read_text())
+    assert summary["complete"] is True and summary["n_not_scored"] == 0
     assert summary["n_problems"] == 5 and summary["n_problems_total"] == 5 and summary["coverage"] == 1.0
     assert summary["pass@1"] == pytest.approx(0.5) and summary["per_seed"] == [1.0, 0.0, 1.0, 0.0]
-    assert summary["config"]["sample"]["nfe"] == 16 and summary["config"]["checkpoint"] == str(tmp_path / "ckpt")
+    assert summary["config"]["sample"]["nfe"] == 16 and summary["config"]["checkpoint"] == str(ckpt)
     assert summary["config"]["eval"]["samples"] == 4
+    identity = json.loads((out / "eval_config.json").read_text())
+    assert identity["sample"] == dataclasses.asdict(expected) and identity["checkpoint"] == str(ckpt.resolve())
+    assert (identity["task"], identity["samples"], identity["seed"], identity["limit"]) == ("gsm8k", 4, 7, 5)
     preds = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert [p["seed"] for p in preds[:4]] == [7, 8, 9, 10]
     # the saved predictions re-score to the same numbers
@@ -179,7 +187,7 @@ def test_humaneval_predictions_report_both_alias_scores(tmp_path: Path) -> None:
     assert summary["pass@1"] == pytest.approx(0.75) and summary["headline_score"] == "base"
     assert summary["alias"]["samples_aliased"] == 1
     rc = _main(["--task", "humaneval", "--predictions", str(tmp_path / "p.jsonl"), "--out", str(out),
-                "--no-progress", "--no-alias"])
+                "--no-progress", "--no-alias", "--overwrite"])
     summary = json.loads((out / "summary.json").read_text())
     assert rc == 0 and summary["pass@1"] == pytest.approx(0.5) and summary["headline_score"] == "base_noalias"
     table = (out / "table.txt").read_text()

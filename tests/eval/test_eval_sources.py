@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 import types
@@ -57,6 +58,18 @@ def test_explicit_file_overrides_and_plus_rows_need_extended_inputs(tmp_path: Pa
                               "canonical_solution": "    return 1\n", "test": "def check(c):\n    pass\n"}) + "\n")
     with pytest.raises(DataUnavailable, match="base_input"):
         get_task("humaneval+", source=str(he)).problems()
+
+
+def test_data_files_are_read_with_the_one_jsonl_reader(tmp_path: Path) -> None:
+    rows = [{"question": f"q{i}", "answer": f"#### {i}"} for i in range(2)]
+    packed = tmp_path / "gsm8k.jsonl.gz"
+    with gzip.open(packed, "wt", encoding="utf-8") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+    assert [p["answer"] for p in get_task("gsm8k", source=str(packed)).problems()] == ["0", "1"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(rows[0]) + "\n[1, 2]\n")
+    with pytest.raises(DataUnavailable, match=f"{bad}:2: expected a JSON object, got list"):
+        get_task("gsm8k", source=str(bad)).problems()
 
 
 def test_custom_templates() -> None:

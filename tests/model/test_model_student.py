@@ -97,3 +97,21 @@ def test_params_cli_counts_a_paper_config_offline(capsys):
     config = Path(__file__).resolve().parents[2] / "configs" / "elf-reg-l-code.yaml"
     assert main(["params", "--config", str(config)]) == 0
     assert "655.95M" in capsys.readouterr().out
+
+
+def test_reg_can_be_dropped_at_inference():
+    torch.manual_seed(0)
+    cfg = ModelConfig(width=32, depth=2, heads=2, repa_block=1, projector_hidden=16, time_freq_dim=16)
+    student = Student(cfg, 8, 11, teacher_dim=6, extra_token="reg", repa=True).eval()
+    torch.nn.init.normal_(student.out_x.weight, std=0.3)
+    z, q = torch.randn(2, 5, 8), torch.randn(2, 5, 8)
+    t, w = torch.tensor([0.2, 0.7]), torch.full((2,), 2.0)
+    mask = torch.tensor([[True, False, False, False, False]] * 2)
+    with torch.no_grad():
+        full = student(z, q, t, w, mask, reg=torch.randn(2, 6))
+        dropped = student(z, q, t, w, mask, drop_reg=True)  # no REG input needed
+    assert dropped.reg_hat is None and full.reg_hat.shape == (2, 6)
+    assert dropped.hidden.shape == full.hidden.shape
+    assert not torch.allclose(dropped.x_hat[~mask], full.x_hat[~mask])  # the REG token took part before
+    with pytest.raises(ValueError, match="REPA"):
+        student(z, q, t, w, mask, drop_reg=True, want_repa=True)

@@ -172,3 +172,36 @@ def test_every_configurable_sampler_has_exactly_one_spec():
     from elfreg.sampling import SAMPLER_SPECS
 
     assert tuple(SAMPLER_SPECS) == SAMPLERS == get_args(get_type_hints(SampleConfig)["sampler"])
+
+
+def test_reg_off_samples_no_reg_state_and_keeps_the_text_noise():
+    on, net_on, *_ = _run("early-stop", nfe=8, seeds=(3,))
+    off, net_off, states, mask, target, x_hat, _ = _run("early-stop", nfe=8, seeds=(3,), reg=False)
+    assert off.nfe.tolist() == on.nfe.tolist() == [8]
+    assert all(call["reg"] is None and call["reg_q"] is None for call in net_off.denoise_log)
+    assert net_off.decode_log[0]["reg"] is None and net_on.decode_log[0]["reg"] is not None
+    assert torch.equal(net_off.denoise_log[0]["z"], net_on.denoise_log[0]["z"])  # same y_0 for the text
+    assert torch.equal(off.token_ids[0][~mask[0]], target[~mask[0]])
+
+
+@pytest.mark.parametrize("mode", ["schedule", "renoise"])
+def test_renoise_parts_take_the_grid_and_the_move_apart(mode):
+    nfe, seed, eta = 10, 4, 1.2
+    out, net, states, mask, _, x_hat, reg_hat = _run("renoise", nfe=nfe, seeds=(seed,), renoise_mode=mode,
+                                                     renoise_eta=eta)
+    master = master_grid(nfe, 8, grid_generator(seed))
+    t_star = master[nfe - 2].item()
+    times = power_schedule(nfe, t_star, 0.5) if mode == "schedule" else master[:nfe - 1]
+    seen = torch.stack([c["t"][0] for c in net.denoise_log]).double()
+    assert out.denoiser_calls.item() == nfe - 1 and out.decoder_calls.item() == 1
+    assert torch.allclose(seen, times.float().double())
+    assert out.exit_time.item() == pytest.approx(t_star, abs=1e-15)  # both parts exit at early-stop's t★
+    first, second = net.denoise_log[0], net.denoise_log[1]
+    t0, t1 = times[0].float(), times[1].float()
+    if mode == "schedule":  # Euler on the re-noising schedule: no fresh noise
+        expect = first["z"][0] + (t1 - t0) * (x_hat - first["z"][0]) / max(1 - t0.item(), 0.05)
+    else:  # fresh noise re-injected on the early-stop grid
+        _, _, g = _initial_noise(seed)
+        expect = t1 * x_hat + (1 - t1) * eta * SIGMA * torch.randn((10, 6), generator=g)
+    assert torch.allclose(second["z"][0][~mask[0]], expect[~mask[0]], atol=1e-5)
+    assert torch.equal(second["z"][mask], states[mask])

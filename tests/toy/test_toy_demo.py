@@ -52,9 +52,9 @@ def test_demo_settings_are_a_strict_run_config(tmp_path):
         demo_config(path=str(path))
 
 
-def test_cli_overrides_are_checked_before_anything_is_written(tmp_path):
-    with pytest.raises(ConfigError, match="train.steps"):
-        main(["demo", "--quick", "train.steps=-5", "--out", str(tmp_path / "d"), "--no-progress"])
+def test_cli_overrides_are_checked_before_anything_is_written(tmp_path, capsys):
+    assert main(["demo", "--quick", "train.steps=-5", "--out", str(tmp_path / "d"), "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip() == "config error: train.steps: must be >= 1"
     assert not (tmp_path / "d").exists()
 
 

@@ -79,6 +79,8 @@ def test_resume_uses_the_newest_intact_checkpoint_and_keeps_the_older_ones(train
 def test_resumed_metrics_are_cut_back_and_stale_temporaries_removed(trained, tiny_cfg):
     cfg, run = trained
     shutil.rmtree(run / "checkpoints" / "step-0000006")  # the run dies between its log and its save
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 7, "tot')  # ... in the middle of a log line
     (run / "checkpoints" / ".tmp-step-0000008-x").mkdir()
     (run / "checkpoints" / ".latest.abc").write_text("junk")
     train(tiny_cfg(train={"steps": 6, "ckpt_every": 2, "log_every": 1}), EXAMPLES)

@@ -16,7 +16,7 @@ Helpers for other code: :func:`extract_gsm8k_answer`, :func:`numbers_equal`,
 
 from .code_exec import check_program
 from .code_sanitize import SanitizedProgram, extract_code, sanitize
-from .generation import EvalError, evaluate_checkpoint
+from .generation import EvalError, EvalStopped, evaluate_checkpoint
 from .gsm8k import extract_gsm8k_answer, gsm8k_gold_answer, numbers_equal, parse_number
 from .math500 import check_math, extract_math_answer, math_equal
 from .mmlu import extract_choice
@@ -24,7 +24,7 @@ from .passk import pass_at_k, summarize
 from .predictions import Prediction, PredictionError, read_predictions
 from .reporting import EvalReport
 from .sandbox import SandboxLimits, SandboxResult, run_in_sandbox, run_many, sandbox_isolation
-from .scoring import score_predictions
+from .scoring import evaluate_predictions, score_predictions
 from .sources import DataUnavailable
 from .tasks import TASKS, Task, get_task, task_names
 from .verdict import Verdict
@@ -32,6 +32,7 @@ from .verdict import Verdict
 __all__ = [
     "DataUnavailable",
     "EvalError",
+    "EvalStopped",
     "EvalReport",
     "Prediction",
     "PredictionError",
@@ -44,6 +45,7 @@ __all__ = [
     "check_math",
     "check_program",
     "evaluate_checkpoint",
+    "evaluate_predictions",
     "extract_choice",
     "extract_code",
     "extract_gsm8k_answer",

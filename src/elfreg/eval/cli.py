@@ -10,19 +10,30 @@ Examples::
 Evaluation settings are the fields of ``EvalConfig`` and sampler settings those of
 ``SampleConfig`` (``elfreg.config``), each a flag of the same name; unset sampler settings come
 from the checkpoint's config.
+
+Generated records are appended to ``--out``/predictions.jsonl as they are made; running the same
+command again resumes (``eval_config.json`` is the folder's identity; a different evaluation
+into a used folder is refused unless ``--overwrite``). SIGINT/SIGTERM stops at the next safe
+point (exit 130); a second signal stops at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, EvalConfig, SampleConfig, add_config_flags, config_flag_values
 from ..device import PRECISIONS
+from ..runs import FolderInUse, GracefulInterrupt
+from .outdir import EvalError, EvalStopped, held
+from .predictions import PredictionError
+from .sources import DataUnavailable
 
 __all__ = ["register", "build_parser", "run"]
 
@@ -33,7 +44,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     what.add_argument("--predictions", metavar="FILE.jsonl",
                       help="score existing outputs (task_id + completion or solution per line)")
     what.add_argument("--checkpoint", metavar="DIR", help="generate outputs from this checkpoint, then score them")
-    p.add_argument("--out", metavar="DIR", help="write samples.jsonl, summary.json and table.txt here")
+    p.add_argument("--out", metavar="DIR", help="write predictions, samples.jsonl, summary.json and table.txt here; "
+                   "a rerun of the same evaluation into it resumes")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the results of a different evaluation in --out (only the files elfreg wrote)")
     p.add_argument("--device", default="auto", help="generation device (default: CUDA when available)")
     p.add_argument("--precision", choices=PRECISIONS, default="auto")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -63,11 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Handler of ``elfreg eval``; returns the exit status."""
-    from .generation import EvalError, evaluate_checkpoint
-    from .predictions import PredictionError
-    from .scoring import score_predictions
-    from .sources import DataUnavailable
+    """Handler of ``elfreg eval``; returns the exit status (0; 2 on bad input or an unusable
+    folder, with one line on stderr; 130 when stopped by SIGINT/SIGTERM)."""
     from .tasks import TASKS, canonical_task_name
 
     if args.list_tasks:
@@ -75,49 +86,86 @@ def run(args: argparse.Namespace) -> int:
             print(f"{name:12s} {cls.id_pattern}")
         return 0
     if not args.task:
-        print("elfreg eval: error: --task is required (see --list-tasks)", file=sys.stderr)
-        return 2
+        return _fail("--task is required (see --list-tasks)")
     if not args.predictions and not args.checkpoint:
-        print("elfreg eval: error: give --predictions FILE or --checkpoint DIR", file=sys.stderr)
-        return 2
+        return _fail("give --predictions FILE or --checkpoint DIR")
     try:
         task_name = canonical_task_name(args.task)
         ev = EvalConfig(**config_flag_values(args, EvalConfig)).validate()
         overrides = config_flag_values(args, SampleConfig)
         SampleConfig().replace(**overrides)  # checks the given sampler settings before any work
     except (ConfigError, ValueError) as err:
-        print(err if isinstance(err, ConfigError) else f"elfreg eval: error: {err}", file=sys.stderr)
-        return 2
+        return _fail(err)
+    with GracefulInterrupt() as stop:
+        try:
+            _evaluate(args, task_name, ev, overrides, lambda: stop.requested)
+        except EvalStopped as err:
+            print(f"elfreg eval: stopped by {stop.signal_name or 'a signal'}: {err}", file=sys.stderr)
+            return 130
+        except KeyboardInterrupt:  # the second signal: out at once
+            print("elfreg eval: interrupted at once; every record written before stays, and running the same "
+                  "command again resumes", file=sys.stderr)
+            return 130
+        except (ConfigError, EvalError, PredictionError, DataUnavailable, FolderInUse, OSError) as err:
+            return _fail(err)
+    return 0
+
+
+def _fail(err: object) -> int:
+    """Print an expected failure as one line on stderr; exit status 2."""
+    text = " ".join(str(err).split("\n"))
+    print(text if isinstance(err, ConfigError) else f"elfreg eval: error: {text}", file=sys.stderr)
+    return 2
+
+
+def _evaluate(args: argparse.Namespace, task_name: str, ev: EvalConfig, overrides: dict[str, Any],
+              should_stop: Callable[[], bool]) -> None:
+    """Every point of the run (one, or each (sampler, NFE) pair of a sweep into its own subfolder)."""
+    from .generation import evaluate_checkpoint, require_checkpoint
+    from .scoring import evaluate_predictions
+
     options = {"data_dir": ev.data_dir, "source": ev.source,
                **({"template": ev.template} if ev.template is not None else {}),
                **({"plus_limit": ev.plus_limit} if task_name in ("humaneval+", "mbpp+") and ev.plus_limit else {})}
     common = dict(workers=ev.workers or None, timeout=ev.timeout, io_timeout=ev.plus_timeout, alias=ev.alias,
-                  limit=ev.limit or None, progress=not args.no_progress, task_options=options)
+                  limit=ev.limit or None, progress=not args.no_progress, task_options=options,
+                  should_stop=should_stop)
     # an NFE / sampler sweep: every pair, each into its own folder
     points = [{}] if not (ev.nfes or ev.samplers) else [
         {k: v for k, v in (("sampler", s), ("nfe", n)) if v is not None}
         for s in ev.samplers or [overrides.get("sampler")] for n in ev.nfes or [overrides.get("nfe")]]
-    try:
-        for point in points:
+    sweep = len(points) > 1
+    if args.checkpoint:
+        require_checkpoint(args.checkpoint)  # before any folder is made or data loaded
+    # a sweep holds its parent folder for the whole run; each point then claims its own subfolder
+    with held(args.out, overwrite=args.overwrite) if sweep else contextlib.nullcontext():
+        for i, point in enumerate(points):
             out = args.out
-            if args.out and len(points) > 1:
+            if args.out and sweep:
                 out = str(Path(args.out) / "-".join(f"{k}{v}" if k == "nfe" else str(v) for k, v in point.items()))
+            overwrite = args.overwrite and not sweep
             if args.predictions:
-                report = score_predictions(task_name, args.predictions, out_dir=out, **common)
+                report = evaluate_predictions(task_name, args.predictions, out_dir=out, overwrite=overwrite, **common)
             else:
                 report = evaluate_checkpoint(
                     task_name, args.checkpoint, sample_overrides={**overrides, **point}, samples=ev.samples,
                     seed=ev.seed, batch_size=ev.batch_size, device=args.device, precision=args.precision,
-                    out_dir=out, config={"eval": dataclasses.asdict(ev)}, **common)
-            if len(points) > 1:
+                    out_dir=out, overwrite=overwrite, config={"eval": dataclasses.asdict(ev)}, **common)
+            summary = report.summary
+            if not summary["complete"]:
+                where = f"a partial summary (complete: false) is in {Path(out) / 'summary.json'}" if out else \
+                    "nothing was written (no --out)"
+                raise EvalStopped(f"scoring stopped: {summary['n_samples']} of "
+                                  f"{summary['n_samples'] + summary['n_not_scored']} samples scored; {where}; "
+                                  "run the same command again to score them all")
+            if sweep:
                 print(f"== {', '.join(f'{k} {v}' for k, v in point.items())}")
             print(report.table, end="")
             if out:
                 print(f"results written to {os.path.abspath(out)}")
-    except (PredictionError, EvalError, DataUnavailable) as err:
-        print(f"elfreg eval: error: {err}", file=sys.stderr)
-        return 2
-    return 0
+            if should_stop() and i + 1 < len(points):
+                raise EvalStopped(f"{i + 1} of {len(points)} sweep points are done; "
+                                  "run the same command again to do the rest")
 
 
 if __name__ == "__main__":  # pragma: no cover

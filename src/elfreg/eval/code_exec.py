@@ -31,7 +31,7 @@ from typing import Any
 from .code_expected import ExpectedOutputs
 from .code_harness import CodeProblem, harness_job, sandbox_reason, suite_results
 from .code_sanitize import SanitizedProgram, extract_code, parse_quietly, sanitize
-from .sandbox import SandboxJob, SandboxResult, run_many
+from .sandbox import NOT_RUN, SandboxJob, SandboxResult, run_many
 from .verdict import Verdict
 
 __all__ = ["check_code_samples", "check_program", "run_assert_tests"]
@@ -93,6 +93,7 @@ def check_code_samples(
     expected: ExpectedOutputs | None = None,
     progress: Callable[[int], None] | None = None,
     record_progress: Callable[[int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> list[Verdict]:
     """Check many ``(problem, output, form)`` samples; ``form`` is ``solution`` or ``completion``.
 
@@ -106,10 +107,14 @@ def check_code_samples(
         io_timeout: cap (s) on the differential-test suite (each input also has its own limit:
             ``max(1 s, 4 × canonical time)``).
         expected: store of recorded outputs (a default on-disk cache when ``None``).
+        should_stop: once true, no further sandbox is launched (recording included); samples
+            whose program did not run come back as :meth:`Verdict.not_scored`.
     """
     expected = expected or ExpectedOutputs()
     io_problems = {s[0].task_id: s[0] for s in samples if s[0].io is not None}
-    outputs = expected.get(list(io_problems.values()), workers, record_progress) if io_problems else {}
+    outputs = expected.get(list(io_problems.values()), workers, record_progress, should_stop) if io_problems else {}
+    if should_stop is not None and should_stop():  # stopped while recording: the references are incomplete
+        return [Verdict.not_scored() for _ in samples]
 
     prepared: list[tuple[SanitizedProgram, str | None]] = []
     runs: dict[tuple[str, str], _Run] = {}
@@ -128,7 +133,7 @@ def check_code_samples(
 
     run_keys = list(runs)
     jobs = [_job(runs[k], outputs.get(k[0])) for k in run_keys]
-    results = dict(zip(run_keys, run_many(jobs, workers, progress=progress), strict=True))
+    results = dict(zip(run_keys, run_many(jobs, workers, progress=progress, should_stop=should_stop), strict=True))
 
     verdicts = []
     for (problem, _output, _form), (san, program) in zip(samples, prepared, strict=True):
@@ -151,6 +156,8 @@ def _verdict(
         scores.update({f"{name}_noalias": False for name in score_names})
         return Verdict(False, None, san.reason, scores, details)
     res = results[(problem.task_id, program)]
+    if res.status == NOT_RUN:
+        return Verdict.not_scored()
     suites = suite_results(res)
     details["sandbox"] = res.status
     reasons: dict[str, str] = {}

@@ -4,16 +4,16 @@ Contract of :class:`ExpectedOutputs`: for every problem with :class:`~.code_harn
 gives the canonical solution's outputs on all inputs (a base64 gzip stream of pickles, one per
 input, which the evaluator stores and never unpickles) and per-input times, or the reason the
 canonical solution failed on its own inputs. Outputs are recorded by running the canonical
-program inside the sandbox (8 GiB address space, 600 s) and cached as JSON under
-``cache_dir()/eval/expected``, keyed by the task id, the canonical program, the inputs, the
-Python version and :data:`~.code_harness.HARNESS_VERSION`.
+program inside the sandbox (8 GiB address space, 600 s) and cached under
+``cache_dir()/eval/expected`` (one JSON object on one line per problem, read and written with
+:mod:`elfreg.jsonl`), keyed by the task id, the canonical program, the inputs, the Python version
+and :data:`~.code_harness.HARNESS_VERSION`. An unreadable or corrupt cache entry is recorded again.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import os
 import sys
@@ -21,10 +21,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from elfreg.jsonl import append_jsonl, read_jsonl
 from elfreg.paths import cache_dir
 
 from .code_harness import CODE_LIMITS, HARNESS_VERSION, CodeProblem, harness_job, sandbox_reason, suite_results
-from .sandbox import SandboxJob, run_many
+from .sandbox import NOT_RUN, SandboxJob, run_many
 
 __all__ = ["ExpectedOutputs", "RECORD_TIMEOUT", "RECORD_MEMORY_MB"]
 
@@ -63,10 +64,11 @@ class ExpectedOutputs:
             return self._memory[key]
         if self.use_cache:
             try:
-                data = json.loads(self._path(key).read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+                rows = read_jsonl(self._path(key))
+            except (OSError, ValueError):  # absent or corrupt: record it again
                 return None
-            if isinstance(data, dict) and "expected" in data and "times" in data:
+            data = rows[0] if len(rows) == 1 else {}
+            if "expected" in data and "times" in data:
                 self._memory[key] = data
                 return data
         return None
@@ -78,8 +80,9 @@ class ExpectedOutputs:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             tmp = self._path(key).with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(data), encoding="utf-8")
-            os.replace(tmp, self._path(key))
+            tmp.unlink(missing_ok=True)
+            append_jsonl(tmp, data)
+            os.replace(tmp, self._path(key))  # readers see the whole entry or none
         except OSError as err:  # a read-only cache only costs time
             log.warning("could not write expected-output cache %s: %s", self.root, err)
 
@@ -88,8 +91,13 @@ class ExpectedOutputs:
         problems: Sequence[CodeProblem],
         workers: int | None = None,
         progress: Callable[[int], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> dict[str, dict[str, Any]]:
-        """``task_id → {"expected": base64 pickle, "times": [...]}`` or ``{"error": reason}``."""
+        """``task_id → {"expected": base64 pickle, "times": [...]}`` or ``{"error": reason}``.
+
+        Once ``should_stop()`` is true no further recording starts; the problems not recorded map
+        to an ``error`` saying so and nothing is cached for them.
+        """
         out: dict[str, dict[str, Any]] = {}
         todo = []
         for p in problems:
@@ -103,8 +111,11 @@ class ExpectedOutputs:
         if not todo:
             return out
         jobs = [_record_job(p) for p in todo]
-        results = run_many(jobs, workers, progress=progress)
+        results = run_many(jobs, workers, progress=progress, should_stop=should_stop)
         for p, res in zip(todo, results, strict=True):
+            if res.status == NOT_RUN:
+                out[p.task_id] = {"error": res.reason}
+                continue
             record = suite_results(res).get("record")
             if record and record.get("passed") and len(record.get("times", [])) == p.io.n_total:  # type: ignore[union-attr]
                 data = {"expected": record["expected"], "times": record["times"]}

@@ -1,56 +1,75 @@
 """Generation from a checkpoint, then scoring: the path of ``elfreg eval --checkpoint``.
 
-Contract of :func:`evaluate_checkpoint`: the task's zero-shot prompts (in the template the
-checkpoint was trained with, ``data.template``, unless one is given) go to the sampling room
-in one call (:func:`_generate`, the eval room's only use of it); the sampler settings are the
-checkpoint's ``sample`` section with ``sample_overrides`` applied; sample ``j`` of every prompt
-is generated with seed ``seed + j``; the outputs are saved as ``predictions.jsonl`` (``solution``
-records with their seed, re-scorable with ``--predictions``) and scored by
-:func:`elfreg.eval.scoring.score_predictions`, with the resolved sampler settings recorded in the
-summary's ``config``.
+Contract of :func:`evaluate_checkpoint`:
+
+* the checkpoint is found (:func:`require_checkpoint`) and the sampler settings resolved (the
+  checkpoint's ``sample`` section with ``sample_overrides`` applied) before the task's data is
+  loaded; prompts use the template the checkpoint was trained with (``data.template``, see
+  :meth:`~elfreg.eval.tasks.base.Task.use_trained_template`) unless one was given; the output
+  folder is checked, locked and given its identity (:func:`elfreg.eval.outdir.claimed`) before
+  any model is loaded;
+* sample ``j`` of every prompt is generated with seed ``seed + j``, in chunks of whole prompts
+  (``lcm(batch_size, samples)`` jobs, so every chunk is made of whole batches and the batches
+  are those of a single call); :func:`_generate` is the eval room's only call into the sampling
+  room;
+* each (task_id, seed) record is appended to ``predictions.jsonl`` as soon as its chunk is done,
+  and a rerun into the same folder skips every pair already there (a chunk with any pair
+  missing is generated whole again and only the missing pairs are appended, so the texts are
+  those of an uninterrupted run), then scores all of them;
+* after each chunk ``should_stop`` is asked: when true, :class:`EvalStopped` says how many pairs
+  are saved; during scoring it stops new checks and the partial report says ``complete: false``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .reporting import EvalReport, write_jsonl
+from elfreg.checkpoint import open_checkpoint, resolve_checkpoint
+from elfreg.config import SampleConfig
+from elfreg.jsonl import append_jsonl, drop_cut_last_line
+
+from .outdir import PREDICTIONS_NAME, EvalError, EvalStopped, claimed
+from .predictions import read_predictions
+from .reporting import EvalReport, progress_bar
 from .scoring import score_predictions
 from .tasks import Task, get_task
 
-__all__ = ["EvalError", "evaluate_checkpoint"]
+__all__ = ["EvalError", "EvalStopped", "evaluate_checkpoint", "require_checkpoint"]
+
+log = logging.getLogger(__name__)
+
+Pair = tuple[str, int]  # (task_id, seed)
 
 
-class EvalError(RuntimeError):
-    """The evaluation could not run (e.g. the generator returned the wrong number of outputs)."""
-
-
-def _generate(checkpoint: str, prompts: list[str], sample_overrides: Mapping[str, Any], samples: int, seed: int,
-              batch_size: int, device: str, precision: str, progress: bool) -> tuple[list[list[str]], dict[str, Any]]:
-    """``outputs[prompt][sample]`` texts and the resolved sampler settings."""
+def _generate(checkpoint: Path, prompts: list[str], sample: SampleConfig, samples: int, seed: int,
+              batch_size: int, device: str, precision: str) -> list[list[str]]:
+    """``outputs[prompt][j]``: the text of each prompt with seed ``seed + j`` (the only call into
+    the sampling room; the loaded checkpoint stays in memory between calls)."""
     from elfreg.sampling import generate, load_checkpoint
 
     models = load_checkpoint(checkpoint, device, precision)
-    sample = models.config.sample.replace(**dict(sample_overrides))
     outputs: list[list[str]] = [[] for _ in prompts]
-    for r in generate(models, prompts, sample, samples=samples, seed=seed, batch_size=batch_size, progress=progress):
+    for r in generate(models, prompts, sample, samples=samples, seed=seed, batch_size=batch_size, progress=False):
         outputs[r.prompt_index].append(r.text)
-    return outputs, dataclasses.asdict(sample)
+    return outputs
 
 
-def _trained_template(checkpoint: str) -> str | None:
-    """The ``data.template`` a checkpoint was trained with (``None`` when it cannot be read: the
-    generation step then names the problem)."""
-    from elfreg.checkpoint import open_checkpoint
+def require_checkpoint(checkpoint: str | os.PathLike) -> Path:
+    """The checkpoint folder that ``checkpoint`` names (a run folder gives its latest).
 
-    try:
-        return open_checkpoint(checkpoint).config.data.template
-    except (OSError, ValueError, RuntimeError):
-        return None
+    Raises:
+        EvalError: there is none (the message names the path).
+    """
+    found = resolve_checkpoint(checkpoint)
+    if found is None:
+        raise EvalError(f"no checkpoint at {checkpoint} (expected model.safetensors or checkpoints/latest)")
+    return found.resolve()
 
 
 def evaluate_checkpoint(
@@ -65,36 +84,105 @@ def evaluate_checkpoint(
     device: str = "auto",
     precision: str = "auto",
     out_dir: str | os.PathLike | None = None,
+    overwrite: bool = False,
     task_options: Mapping[str, Any] | None = None,
+    should_stop: Callable[[], bool] | None = None,
     **score_kwargs: Any,
 ) -> EvalReport:
-    """Generate ``samples`` outputs per prompt from a checkpoint, then score them.
+    """Generate ``samples`` outputs per prompt from a checkpoint (resuming ``out_dir``), then score them.
 
     ``sample_overrides`` are ``SampleConfig`` fields (``nfe``, ``sampler``, ``sc_cfg``, …) that
-    replace the checkpoint's own. Remaining keyword arguments go to :func:`score_predictions`.
+    replace the checkpoint's own. ``overwrite`` replaces the results of another evaluation in
+    ``out_dir``. Remaining keyword arguments go to :func:`score_predictions`.
 
     Raises:
-        EvalError: the generator returned the wrong number of outputs.
+        EvalError: no checkpoint, an unusable or used ``out_dir``, or the generator returned the
+            wrong number of outputs.
+        EvalStopped: ``should_stop`` became true during generation (what is saved stays).
+        FolderInUse: another process holds ``out_dir``.
     """
+    ckpt = require_checkpoint(checkpoint)
+    trained = open_checkpoint(ckpt).config
+    sample = trained.sample.replace(**dict(sample_overrides or {}))
     task_obj = task if isinstance(task, Task) else get_task(task, **dict(task_options or {}))
-    trained = _trained_template(checkpoint)
-    if trained is not None:
-        task_obj.use_trained_template(trained)
-    problems = task_obj.problems()[:limit] if limit is not None else task_obj.problems()
-    prompts = [task_obj.prompt(p) for p in problems]
-    outputs, sample = _generate(checkpoint, prompts, sample_overrides or {}, samples, seed, batch_size, device,
-                                precision, score_kwargs.get("progress", False))
-    if len(outputs) != len(prompts) or any(len(o) != samples for o in outputs):
-        raise EvalError(f"generation returned {len(outputs)} lists for {len(prompts)} prompts "
-                        f"(expected {samples} outputs each)")
-    records = [
-        {"task_id": p["task_id"], "solution": str(text), "seed": seed + j}
-        for p, outs in zip(problems, outputs, strict=True)
-        for j, text in enumerate(outs)
-    ]
-    if out_dir is not None:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        write_jsonl(Path(out_dir) / "predictions.jsonl", records)
-    config = {"checkpoint": checkpoint, "samples": samples, "seed": seed, "sample": sample}
-    config.update(score_kwargs.pop("config", None) or {})
-    return score_predictions(task_obj, records, limit=limit, out_dir=out_dir, config=config, **score_kwargs)
+    task_obj.use_trained_template(trained.data.template)
+    identity = {"kind": "checkpoint", **task_obj.identity(), "checkpoint": str(ckpt),
+                "sample": dataclasses.asdict(sample), "samples": samples, "seed": seed, "limit": limit,
+                "precision": precision}
+    with claimed(out_dir, identity, overwrite=overwrite):
+        problems = task_obj.problems()[:limit] if limit is not None else task_obj.problems()
+        path = Path(out_dir) / PREDICTIONS_NAME if out_dir is not None else None
+        done = _saved(path, {(p["task_id"], seed + j) for p in problems for j in range(samples)})
+
+        def chunk_outputs(prompts: list[str]) -> list[list[str]]:
+            outputs = _generate(ckpt, prompts, sample, samples, seed, batch_size, device, precision)
+            if len(outputs) != len(prompts) or any(len(o) != samples for o in outputs):
+                raise EvalError(f"generation returned {len(outputs)} lists for {len(prompts)} prompts "
+                                f"(expected {samples} outputs each)")
+            return outputs
+
+        _generate_missing(task_obj, problems, chunk_outputs, done, samples=samples, seed=seed,
+                          per_chunk=max(1, math.lcm(batch_size, samples) // samples), path=path,
+                          should_stop=should_stop, progress=score_kwargs.get("progress", False))
+        records = [{"task_id": p["task_id"], "solution": done[(p["task_id"], seed + j)], "seed": seed + j}
+                   for p in problems for j in range(samples)]
+        config = {"checkpoint": checkpoint, "checkpoint_folder": str(ckpt), "samples": samples, "seed": seed,
+                  "sample": dataclasses.asdict(sample), **dict(score_kwargs.pop("config", None) or {})}
+        return score_predictions(task_obj, records, limit=limit, out_dir=out_dir, config=config,
+                                 should_stop=should_stop, **score_kwargs)
+
+
+def _saved(path: Path | None, expected: set[Pair]) -> dict[Pair, str]:
+    """The texts an earlier run of the same evaluation saved in ``path``, by (task_id, seed).
+
+    A last line cut by a killed writer is dropped (with a warning); any other bad line raises
+    :class:`~elfreg.eval.predictions.PredictionError` with its line number.
+    """
+    if path is None or not path.exists():
+        return {}
+    dropped = drop_cut_last_line(path)
+    if dropped is not None:
+        log.warning("%s:%d: dropped an incomplete last line (a run was killed while writing it); "
+                    "its sample is generated again", path, dropped)
+    done: dict[Pair, str] = {}
+    for p in read_predictions(path):
+        pair = (p.task_id, p.extra.get("seed"))
+        if pair not in expected:
+            raise EvalError(f"{path}:{p.line}: ({p.task_id}, seed {pair[1]}) is not part of this evaluation")
+        done.setdefault(pair, p.text)  # type: ignore[arg-type]
+    return done
+
+
+def _generate_missing(task: Task, problems: list[dict[str, Any]], outputs_of: Callable[[list[str]], list[list[str]]],
+                      done: dict[Pair, str], *, samples: int, seed: int, per_chunk: int, path: Path | None,
+                      should_stop: Callable[[], bool] | None, progress: bool) -> None:
+    """Fill ``done`` with every (task_id, seed) pair of ``problems``, chunk by chunk, appending
+    each new record to ``path`` as soon as its chunk is done."""
+    total = len(problems) * samples
+    bar = progress_bar(total, "generate", progress, initial=len(done))
+    stop = should_stop or (lambda: False)
+    try:
+        for start in range(0, len(problems), per_chunk):
+            chunk = problems[start:start + per_chunk]
+            missing = [(p["task_id"], seed + j) for p in chunk for j in range(samples)
+                       if (p["task_id"], seed + j) not in done]
+            if not missing:
+                continue
+            if stop():
+                break
+            outputs = outputs_of([task.prompt(p) for p in chunk])
+            texts = {(p["task_id"], seed + j): str(t) for p, outs in zip(chunk, outputs, strict=True)
+                     for j, t in enumerate(outs)}
+            for pair in missing:
+                done[pair] = texts[pair]
+                if path is not None:
+                    append_jsonl(path, {"task_id": pair[0], "solution": texts[pair], "seed": pair[1]})
+            if bar is not None:
+                bar.update(len(missing))
+    finally:
+        if bar is not None:
+            bar.close()
+    if len(done) < total or stop():
+        where = (f"are saved in {path}; run the same command again to resume" if path is not None
+                 else "were generated but not saved (no output folder)")
+        raise EvalStopped(f"generation stopped: {len(done)} of {total} (task_id, seed) pairs {where}")

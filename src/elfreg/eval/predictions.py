@@ -14,11 +14,12 @@ kept but ignored. Blank lines are skipped. Errors name the file and line number.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from elfreg.jsonl import iter_jsonl
 
 __all__ = ["Prediction", "PredictionError", "read_predictions", "parse_prediction_records", "check_task_ids"]
 
@@ -57,23 +58,24 @@ def _parse(record: Any, where: str) -> Prediction:
 
 
 def read_predictions(path: str | os.PathLike) -> list[Prediction]:
-    """Read and validate a predictions JSONL file (``PredictionError`` names the line)."""
+    """Read and validate a predictions JSONL file.
+
+    Raises:
+        PredictionError: the file cannot be read, or a line is not UTF-8, not a JSON object, or
+            not a valid prediction (the message names the file and line, and which field is
+            wrong).
+    """
     path = Path(path)
-    try:
-        handle = path.open(encoding="utf-8")
-    except OSError as err:
-        raise PredictionError(f"cannot read predictions file {path}: {err}") from err
     out = []
-    with handle:
-        for lineno, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise PredictionError(f"{where}: invalid JSON ({err.msg} at column {err.colno})") from err
-            out.append(_parse(record, where))
+    try:
+        for lineno, record in iter_jsonl(path):
+            out.append(_parse(record, f"{path}:{lineno}"))
+    except OSError as err:
+        raise PredictionError(f"cannot read predictions file {path}: {err.strerror or err}") from None
+    except PredictionError:
+        raise
+    except ValueError as err:  # elfreg.jsonl names the file and line
+        raise PredictionError(str(err)) from None
     return out
 
 

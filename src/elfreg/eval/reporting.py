@@ -4,7 +4,8 @@ Contract: :func:`build_summary` lays out ``summary.json`` from the per-problem v
 scoring run (the statistics come from :func:`elfreg.eval.passk.summarize`); :func:`format_table`
 prints a summary as a plain-text table in percent; :func:`write_outputs` writes
 ``samples.jsonl``, ``summary.json`` and ``table.txt``; :func:`write_jsonl` writes records one
-JSON object a line. Nothing here checks an output or runs a program.
+JSON object a line; :func:`progress_bar` is the progress bar of generation and scoring. Nothing
+here checks an output or runs a program.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from .passk import summarize
 from .sandbox import sandbox_isolation
 from .tasks import Task
 
-__all__ = ["EvalReport", "build_summary", "format_table", "write_outputs", "write_jsonl"]
+__all__ = ["EvalReport", "build_summary", "format_table", "progress_bar", "write_outputs", "write_jsonl"]
 
 #: how many missing task ids the summary lists
 _MISSING_SHOWN = 50
@@ -56,6 +57,7 @@ def build_summary(
     alias: bool,
     config: Mapping[str, Any],
     started: float,
+    not_scored: int = 0,
 ) -> dict[str, Any]:
     """The content of ``summary.json``.
 
@@ -71,11 +73,15 @@ def build_summary(
         alias: whether the headline score uses the alias option.
         config: settings recorded under ``config`` after the task's own description.
         started: ``time.monotonic()`` when the evaluation started (for ``elapsed_s``).
+        not_scored: samples left unchecked because the evaluation was stopped; when > 0 the
+            summary is partial (``complete`` false) and its statistics cover the scored samples.
     """
     headline = summarize(per_problem)
     missing = [tid for tid in selected if tid not in per_problem]
     summary: dict[str, Any] = {
         "task": task.name,
+        "complete": not_scored == 0,
+        "n_not_scored": not_scored,
         "n_problems": headline["n_problems"],
         "n_problems_total": len(selected),
         "coverage": headline["n_problems"] / len(selected) if selected else 0.0,
@@ -112,6 +118,8 @@ def format_table(summary: Mapping[str, Any]) -> str:
         f"(coverage {100 * summary['coverage']:.1f}%), {summary['n_samples']} samples "
         f"({summary['samples_per_problem']['min']}-{summary['samples_per_problem']['max']} per problem)"
     )
+    if not summary.get("complete", True):
+        head += f"; PARTIAL: {summary['n_not_scored']} samples not scored (the evaluation was stopped)"
     rows: list[tuple[str, Mapping[str, Any]]] = []
     if "scores" in summary:
         for name, stats in summary["scores"].items():
@@ -131,6 +139,17 @@ def format_table(summary: Mapping[str, Any]) -> str:
         lines.append(f"headline: {summary['headline_score']}; samples that needed the alias: "
                      f"{summary['alias']['samples_aliased']}; sandbox isolation: {summary['sandbox']}")
     return "\n".join(lines) + "\n"
+
+
+def progress_bar(total: int, desc: str, enabled: bool, initial: int = 0) -> Any:
+    """A tqdm bar over ``total`` samples, or ``None`` when disabled or empty."""
+    if not enabled or total == 0:
+        return None
+    from tqdm.auto import tqdm
+
+    # disable=None: bars only on a terminal, so logs are not flooded
+    return tqdm(total=total, initial=initial, desc=desc, unit="sample", dynamic_ncols=True, disable=None,
+                mininterval=0.5)
 
 
 def write_jsonl(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -> None:

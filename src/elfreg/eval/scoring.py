@@ -6,7 +6,11 @@ task id (generation seed ``seed + j``); the verdicts are gathered per problem (h
 named score (code tasks) and per failure kind, and reported through
 :mod:`elfreg.eval.reporting` (pass@1 = mean over problems and seeds with the sample standard
 deviation across seeds, pass@k). Malformed predictions and unknown task ids raise
-:class:`~elfreg.eval.predictions.PredictionError` before anything is checked.
+:class:`~elfreg.eval.predictions.PredictionError` before anything is checked. Once
+``should_stop`` is true no further sample is checked and the report is partial (``complete``
+false, the unchecked samples counted apart and left out of every statistic).
+:func:`evaluate_predictions` scores a predictions file into an output folder held for it
+(:func:`elfreg.eval.outdir.claimed`).
 """
 
 from __future__ import annotations
@@ -16,24 +20,19 @@ import dataclasses
 import os
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from .outdir import claimed
 from .predictions import Prediction, PredictionError, check_task_ids, parse_prediction_records, read_predictions
-from .reporting import EvalReport, build_summary, format_table, write_outputs
+from .reporting import EvalReport, build_summary, format_table, progress_bar, write_outputs
+from .sources import file_sha256
 from .tasks import Task, get_task
 from .verdict import Verdict
 
-__all__ = ["EvalReport", "PredictionError", "Tally", "reason_kind", "score_predictions", "tally_verdicts"]
-
-
-def _bar(total: int, desc: str, enabled: bool) -> Any:
-    if not enabled or total == 0:
-        return None
-    from tqdm.auto import tqdm
-
-    # disable=None: bars only on a terminal, so logs are not flooded
-    return tqdm(total=total, desc=desc, unit="sample", dynamic_ncols=True, disable=None, mininterval=0.5)
+__all__ = ["EvalReport", "PredictionError", "Tally", "evaluate_predictions", "reason_kind", "score_predictions",
+           "tally_verdicts"]
 
 
 def _resolve_predictions(predictions: str | os.PathLike | Iterable[Any]) -> tuple[list[Prediction], str]:
@@ -58,6 +57,7 @@ def score_predictions(
     out_dir: str | os.PathLike | None = None,
     task_options: Mapping[str, Any] | None = None,
     config: Mapping[str, Any] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> EvalReport:
     """Score a task's predictions.
 
@@ -73,6 +73,10 @@ def score_predictions(
         out_dir: write ``samples.jsonl``, ``summary.json`` and ``table.txt`` there.
         task_options: options for :func:`get_task` when ``task`` is a name.
         config: extra settings recorded in the summary (e.g. generation settings).
+        should_stop: asked before each check (each sandbox launch for code); once true, the
+            samples not yet checked are left out and the report is partial: ``summary["complete"]``
+            is false and ``summary["n_not_scored"]`` counts them (``samples.jsonl`` holds what was
+            scored).
 
     Raises:
         PredictionError: malformed record, or a task id the task does not have (with its line).
@@ -101,33 +105,72 @@ def score_predictions(
             samples.append((problem, p.text, p.form))
             index.append((tid, j, p))
 
-    bar = _bar(len(samples), f"{task_obj.name}", progress)
+    bar = progress_bar(len(samples), f"{task_obj.name}", progress)
     record_bar = None
     if progress and "plus" in task_obj.score_names:
-        record_bar = _bar(len(ordered_ids), "reference outputs", True)
+        record_bar = progress_bar(len(ordered_ids), "reference outputs", True)
     try:
         verdicts = task_obj.check_many(
             samples, workers=workers, timeout=timeout, io_timeout=io_timeout, alias=alias,
             progress=bar.update if bar is not None else None,
-            record_progress=record_bar.update if record_bar is not None else None,
+            record_progress=record_bar.update if record_bar is not None else None, should_stop=should_stop,
         )
     finally:
         for b in (bar, record_bar):
             if b is not None:
                 b.close()
 
-    records = [_record(tid, j, p, v) for (tid, j, p), v in zip(index, verdicts, strict=True)]
-    tally = tally_verdicts([tid for tid, _, _ in index], verdicts)
+    scored = [(i, v) for i, v in zip(index, verdicts, strict=True) if v.scored]
+    records = [_record(tid, j, p, v) for (tid, j, p), v in scored]
+    tally = tally_verdicts([tid for (tid, _, _), _ in scored], [v for _, v in scored])
     settings = {"limit": limit, "workers": workers, "timeout": timeout, "io_timeout": io_timeout, "alias": alias,
                 **dict(config or {})}
     summary = build_summary(
         task_obj, [p["task_id"] for p in selected], tally.per_problem, tally.per_score, tally.failures,
         aliased=tally.aliased, ignored=ignored, alias=alias, config=settings, started=started,
+        not_scored=len(verdicts) - len(scored),
     )
     table = format_table(summary)
     if out_dir is not None:
         write_outputs(out_dir, summary, records, table)
     return EvalReport(summary, records, table)
+
+
+def evaluate_predictions(
+    task: str | Task,
+    predictions: str | os.PathLike,
+    *,
+    out_dir: str | os.PathLike | None = None,
+    overwrite: bool = False,
+    task_options: Mapping[str, Any] | None = None,
+    **score_kwargs: Any,
+) -> EvalReport:
+    """:func:`score_predictions` of a predictions file into an output folder held for this scoring.
+
+    The folder's identity (:func:`elfreg.eval.outdir.claimed`) is the task, the file's absolute
+    path and SHA-256, and the scoring options that change verdicts (``limit``, ``timeout``,
+    ``io_timeout``, ``alias``): the same scoring again replaces its own results; another one is
+    refused unless ``overwrite``.
+
+    Raises:
+        PredictionError: the file cannot be read (before the folder is touched), or is malformed.
+        EvalError: ``out_dir`` is not writable or holds another evaluation.
+        FolderInUse: another process holds ``out_dir``.
+    """
+    path = Path(predictions)
+    try:
+        digest = file_sha256(path)
+    except OSError as err:
+        raise PredictionError(f"cannot read predictions file {path}: {err.strerror or err}") from None
+    task_obj = task if isinstance(task, Task) else get_task(task, **dict(task_options or {}))
+    identity = {"kind": "predictions", **task_obj.identity(), "predictions": str(path.resolve()), "sha256": digest,
+                **{k: score_kwargs.get(k, default) for k, default in _VERDICT_OPTIONS.items()}}
+    with claimed(out_dir, identity, overwrite=overwrite):
+        return score_predictions(task_obj, path, out_dir=out_dir, **score_kwargs)
+
+
+#: the scoring options that can change a verdict, with score_predictions' defaults
+_VERDICT_OPTIONS = {"limit": None, "timeout": 10.0, "io_timeout": 60.0, "alias": True}
 
 
 def _record(task_id: str, sample: int, p: Prediction, v: Verdict) -> dict[str, Any]:

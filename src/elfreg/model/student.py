@@ -75,7 +75,6 @@ class Student(nn.Module):
                                            nn.Linear(p, teacher_dim))
         self.dec_proj = nn.Linear(width, enc_dim)
         self.vocab_head = nn.Linear(enc_dim, vocab_size, bias=False)
-        self.n_prefix = EXTRA_TOKEN + (extra_token != "none")
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -105,6 +104,7 @@ class Student(nn.Module):
         reg: torch.Tensor | None = None,
         reg_self_cond: torch.Tensor | None = None,
         want_repa: bool = False,
+        drop_reg: bool = False,
     ) -> StudentOutput:
         """One call of the network.
 
@@ -114,6 +114,8 @@ class Student(nn.Module):
             t: (B,) time in [0, 1] (0 noise, 1 clean). w: (B,) SC-CFG scale.
             prompt_mask: (B, L) bool. decode: (B,) bool; decode rows use t = 1 and q = 0.
             reg, reg_self_cond: (B, d_r) noisy REG state and its previous prediction (REG only).
+            drop_reg: run a REG student without its REG token (the sequence is one token shorter
+                and ``reg_hat`` is None): "REG removed at inference" of Table 5.
         """
         b, length, _ = z.shape
         if decode is None:
@@ -124,17 +126,21 @@ class Student(nn.Module):
         content = content + self.segment((~prompt_mask).long())
 
         prefix = [self.time_embed(t), self.w_embed(w), decode.to(content.dtype)[:, None] * self.mode_token]
-        if self.extra_token == "reg":
+        with_reg = self.extra_token == "reg" and not drop_reg
+        if drop_reg and want_repa:
+            raise ValueError("REPA reads the REG position; it cannot be asked for with the REG token dropped")
+        if with_reg:
             if reg is None:
                 raise ValueError("this student has a REG token: pass reg (noise at the start of sampling)")
             rsc = torch.zeros_like(reg) if reg_self_cond is None else reg_self_cond * keep[:, :, 0]
             prefix.append(self.reg_in(torch.cat([reg, rsc], dim=-1)))
         elif self.extra_token == "learned":
             prefix.append(self.learned_token.expand(b, -1))
+        n_prefix = len(prefix)
         prefix = torch.stack(prefix, dim=1).to(content.dtype)
         h = torch.cat([prefix, content], dim=1)
 
-        positions = torch.cat([torch.zeros(self.n_prefix, device=z.device, dtype=torch.long),
+        positions = torch.cat([torch.zeros(n_prefix, device=z.device, dtype=torch.long),
                                torch.arange(length, device=z.device)])
         cos, sin = rope_tables(positions, self.cfg.width // self.cfg.heads, self.cfg.rope_base)
         repa_states = None
@@ -143,14 +149,14 @@ class Student(nn.Module):
             if want_repa and i == self.cfg.repa_block:
                 repa_states = h
         h = self.out_norm(h)
-        hidden = h[:, self.n_prefix:]
+        hidden = h[:, n_prefix:]
         x_hat = torch.where(prompt_mask[..., None], z, self.out_x(hidden).float())
-        reg_hat = self.reg_out(h[:, EXTRA_TOKEN]).float() if self.extra_token == "reg" else None
+        reg_hat = self.reg_out(h[:, EXTRA_TOKEN]).float() if with_reg else None
         repa_out = None
         if want_repa:
             if not self.use_repa:
                 raise ValueError("this student was built without a REPA projector")
-            u = repa_states[:, self.n_prefix:]
+            u = repa_states[:, n_prefix:]
             if self.extra_token == "reg":
                 u = torch.cat([u, repa_states[:, EXTRA_TOKEN:EXTRA_TOKEN + 1]], dim=1)
             repa_out = self.projector(u).float()

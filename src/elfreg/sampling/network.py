@@ -41,7 +41,9 @@ LOGITS_PER_CHUNK = 1 << 25
 class Network(Protocol):
     """What a sampler needs from the model. All tensors are on the network's device.
 
-    ``reg_dim`` is the width d_r of the REG state, or None when the model has no REG token.
+    ``reg_dim`` is the width d_r of the REG state, or None when the model has no REG token. A
+    sampler told to drop REG at inference (``sample.reg: false``) passes ``reg=None`` to a
+    network that has one; the network then runs without its REG token.
     """
 
     reg_dim: int | None
@@ -81,9 +83,8 @@ class StudentNetwork:
                 prompt_mask: torch.Tensor, reg: torch.Tensor | None = None,
                 reg_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         with autocast(self.device, self.bf16):
-            out = self.student(z, q, t, w, prompt_mask, reg=reg, reg_self_cond=reg_q)
-        reg_hat = out.reg_hat.float() if self.reg_dim is not None else None
-        return out.x_hat.float(), reg_hat
+            out = self.student(z, q, t, w, prompt_mask, reg=reg, reg_self_cond=reg_q, drop_reg=reg is None)
+        return out.x_hat.float(), None if out.reg_hat is None else out.reg_hat.float()
 
     @torch.no_grad()
     def decode(self, x: torch.Tensor, prompt_mask: torch.Tensor, reg: torch.Tensor | None,
@@ -92,7 +93,8 @@ class StudentNetwork:
         ones = torch.ones(b, device=x.device)
         with autocast(self.device, self.bf16):
             out = self.student(x, torch.zeros_like(x), ones, w, prompt_mask,
-                               decode=torch.ones(b, dtype=torch.bool, device=x.device), reg=reg)
+                               decode=torch.ones(b, dtype=torch.bool, device=x.device), reg=reg,
+                               drop_reg=reg is None)
             if self.eos_id is None:
                 return self._argmax_all(out.hidden, prompt_mask)
             return self._argmax_until_eos(out.hidden, prompt_mask, self.eos_id)

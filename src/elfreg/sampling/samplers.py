@@ -14,7 +14,12 @@ row of :data:`SAMPLER_SPECS`: which grid, which move between network calls, what
   prediction time for the same N, ρ and grid draw); next input z_{i+1} = t_{i+1}·x̂_i +
   (1 − t_{i+1})·η·σ·ξ_i with fresh ξ_i (REG re-noised independently, prompt fixed, previous
   clean prediction as self-conditioning); decodes the last clean prediction. With η = 0 no
-  fresh noise is drawn.
+  fresh noise is drawn. ``sample.renoise_mode`` takes the two parts apart (Table 4/30):
+  ``schedule`` runs the Euler update on the re-noising time grid, ``renoise`` re-noises on the
+  early-stop grid; ``both`` is the sampler above.
+
+``sample.reg: false`` removes REG at inference (Table 5): no REG state is sampled and the network
+runs without its REG token.
 - **Adaptive exit** (§8, beyond the paper): the early-stop path, stopped once the decoded answer
   has stopped changing; see :class:`AdaptiveExit`.
 
@@ -143,7 +148,7 @@ def follow_path(ctx: BatchContext, path: Path, times: torch.Tensor, move: Move,
         d, rd = predict(ctx.net, di, y, q, t.float(), ctx.w[di], ctx.prompt_mask[di], r, rq, ctx.sample.prompt_cfg)
         ctx.observe(di, j, t, y, d, r, rd)
         path.q[di] = d
-        if rd is not None:
+        if path.rq is not None:
             path.rq[di] = rd
         if j + 1 < times.shape[1]:
             path.y[di], r_next = move(ctx, di, y, d, r, rd, t, times[di, j + 1])
@@ -291,17 +296,28 @@ SAMPLER_SPECS: dict[str, SamplerSpec] = {
 }
 
 
+def sampler_spec(sample: SampleConfig) -> SamplerSpec:
+    """The grid, move and decode target of ``sample``'s sampler (re-noising parts applied)."""
+    spec = SAMPLER_SPECS[sample.sampler]
+    if sample.sampler == "renoise" and sample.renoise_mode != "both":
+        schedule_only = sample.renoise_mode == "schedule"
+        spec = SamplerSpec(_power_times if schedule_only else _prefix_times,
+                           euler_move if schedule_only else renoise_move, decodes_state=False)
+    return spec
+
+
 def sampler_times(sample: SampleConfig, seeds: list[int]) -> torch.Tensor:
-    """(B, K) float64 network-evaluation grid of each sample (K = N, or N − 1 for re-noising)."""
-    return SAMPLER_SPECS[sample.sampler].times(sample, seeds)
+    """(B, K) float64 network-evaluation grid of each sample (K = N, or N − 1 on the re-noising
+    schedule)."""
+    return sampler_spec(sample).times(sample, seeds)
 
 
-def _start(net: Network, prompt_states: torch.Tensor, prompt_mask: torch.Tensor, noise: NoiseSource,
+def _start(reg_dim: int | None, prompt_states: torch.Tensor, prompt_mask: torch.Tensor, noise: NoiseSource,
            sigma: float) -> Path:
     b, length, dim = prompt_states.shape
     rows = torch.arange(b)
     text = sigma * noise.normal(rows, (length, dim))
-    reg = sigma * noise.normal(rows, (net.reg_dim,)) if net.reg_dim else None
+    reg = sigma * noise.normal(rows, (reg_dim,)) if reg_dim else None
     y0 = torch.where(prompt_mask[..., None], prompt_states, text)
     return Path(y0, reg, torch.zeros_like(y0), None if reg is None else torch.zeros_like(reg),
                 torch.zeros(b, dtype=torch.long))
@@ -334,9 +350,9 @@ def run_sampler(net: Network | Student, prompt_states: torch.Tensor, prompt_mask
     recorder = TrajectoryRecorder(raw, prompt_mask, w, record_every) if record_every else None
     ctx = BatchContext(CountingNetwork(raw, b), sample, flow, prompt_states, prompt_mask, noise, w, recorder)
 
-    spec = SAMPLER_SPECS[sample.sampler]
+    spec = sampler_spec(sample)
     times = spec.times(sample, list(seeds))
-    path = _start(raw, prompt_states, prompt_mask, noise, flow.sigma)
+    path = _start(raw.reg_dim if sample.reg else None, prompt_states, prompt_mask, noise, flow.sigma)
     policy = AdaptiveExit(ctx.net, sample, prompt_mask, w, times, answer_key) if spec.adaptive else None
     follow_path(ctx, path, times, spec.move, policy)
     if policy is not None:

@@ -36,6 +36,7 @@ from elfreg.eval.passk import summarize
 from elfreg.jsonl import append_jsonl, read_jsonl
 from elfreg.model.presets import student_from_config
 from elfreg.plugins import resolve_model_id
+from elfreg.runs import locked
 from elfreg.sampling import generate
 from elfreg.text.load import FrozenText, load_frozen_text
 from elfreg.toy import arith
@@ -173,8 +174,13 @@ def baselines(cfg: Config, problems: list[dict]) -> dict:
 
 
 def run_demo(cfg: Config, out_dir: str | Path, compare: bool = False, progress: bool = True) -> dict:
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Run the demo into ``out_dir``, which stays locked while it runs (a second demo or study
+    into the same folder refuses)."""
+    with locked(out_dir, what="demo folder"):
+        return _run_demo(cfg, Path(out_dir), compare, progress)
+
+
+def _run_demo(cfg: Config, out_dir: Path, compare: bool, progress: bool) -> dict:
     t0 = time.perf_counter()
     problems = heldout_problems(cfg)
     report: dict = {"config": cfg.to_dict(), "compare": compare, "precision": precision_report(),

@@ -22,7 +22,7 @@ from ..checkpoint import CheckpointError, clean_temporaries, has_checkpoints, op
 from ..config import Config
 from ..data.examples import load_examples
 from ..device import resolve_device, use_bf16
-from ..jsonl import read_jsonl
+from ..jsonl import drop_cut_last_line, read_jsonl
 from ..model.presets import student_from_config
 from ..model.student import Student
 from ..text.load import FrozenText, load_frozen_text
@@ -212,6 +212,7 @@ def cut_metrics(path: Path, step: int) -> None:
     the file is replaced atomically."""
     if not path.exists():
         return
+    drop_cut_last_line(path)  # a kill -9 during a log write leaves half a line
     keep = [r for r in read_jsonl(path) if r.get("step", 0) <= step]
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))

@@ -33,9 +33,10 @@ result) and :mod:`.boot` the code that runs inside the child.
 """
 
 from .isolation import ISOLATION_ENV, sandbox_isolation
-from .supervisor import SandboxJob, SandboxLimits, SandboxResult, run_in_sandbox, run_many
+from .supervisor import NOT_RUN, SandboxJob, SandboxLimits, SandboxResult, run_in_sandbox, run_many
 
 __all__ = [
+    "NOT_RUN",
     "SandboxLimits",
     "SandboxResult",
     "SandboxJob",

@@ -14,7 +14,9 @@ Contract of :func:`run_in_sandbox` (and :func:`run_many`, its thread-pool form):
 * the CPU, memory, process, file-size and open-file limits are set in the child by the boot
   code from :class:`SandboxLimits`;
 * the outcome is a :class:`SandboxResult` whose ``status`` says how the run ended; nothing the
-  program does makes these functions raise.
+  program does makes these functions raise;
+* :func:`run_many` launches no job once its ``should_stop`` says so: the jobs not yet started
+  come back as ``not_run`` results (running ones end normally or by their own limits).
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ from pathlib import Path
 
 from . import isolation
 
-__all__ = ["SandboxLimits", "SandboxResult", "SandboxJob", "run_in_sandbox", "run_many", "run_mode"]
+__all__ = ["NOT_RUN", "SandboxLimits", "SandboxResult", "SandboxJob", "run_in_sandbox", "run_many", "run_mode"]
+
+NOT_RUN = "not_run"  #: status of a job that :func:`run_many` did not start because it was told to stop
 
 _BOOT = str(Path(__file__).with_name("boot.py"))
 _SETUP_GRACE_S = 15.0
@@ -70,7 +74,8 @@ class SandboxResult:
     ``status`` is one of ``ok`` (exit code 0), ``error`` (non-zero exit, e.g. an uncaught
     exception), ``timeout`` (wall-clock or CPU limit), ``memory`` (``MemoryError``; the
     address-space limit), ``output_limit`` (too much output), ``killed`` (ended by a signal)
-    or ``sandbox_error`` (the isolation could not be set up, or the evaluator failed to run it).
+    or ``sandbox_error`` (the isolation could not be set up, or the evaluator failed to run it);
+    :data:`NOT_RUN` (``not_run``) marks a job of :func:`run_many` that was never started.
     ``reason`` is a one-line human-readable explanation; ``channel`` holds the bytes the program
     wrote to its result channel (used by the test harness; empty otherwise).
     """
@@ -140,17 +145,25 @@ def run_many(
     workers: int | None = None,
     *,
     progress: Callable[[int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> list[SandboxResult]:
     """Run many jobs on ``workers`` parallel sandboxes; results come back in input order.
 
     A job whose worker fails for any reason is returned as a ``sandbox_error`` result with the
     reason; the other results are unaffected. ``progress`` is called with 1 per finished job.
+    ``should_stop`` is asked before each job is launched: once it returns true no further
+    sandbox starts, and every job not started comes back as a :data:`NOT_RUN` result (not
+    counted by ``progress``); jobs already running end as usual.
     """
     workers = max(1, workers or os.cpu_count() or 1)
     results: list[SandboxResult | None] = [None] * len(jobs)
     mode = isolation.sandbox_isolation()
+    not_run = SandboxResult(NOT_RUN, None, "", "", 0.0, "not run: the evaluation was stopped", mode)
 
     def one(job: SandboxJob) -> SandboxResult:
+        # asked in the worker, right before launching: a queued job never starts after a stop
+        if should_stop is not None and should_stop():
+            return not_run
         return run_in_sandbox(job.program, job.timeout, files=job.files, args=job.args,
                               limits=job.limits, channel=job.channel)
 
@@ -163,7 +176,7 @@ def run_many(
             except Exception as err:  # noqa: BLE001 - never lose the other results
                 results[i] = SandboxResult("sandbox_error", None, "", "", 0.0,
                                            f"worker failed: {type(err).__name__}: {err}", mode)
-            if progress is not None:
+            if progress is not None and results[i] is not not_run:
                 progress(1)
     return [r for r in results if r is not None]
 

@@ -15,6 +15,8 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+from elfreg.paths import data_dir
+
 from ...text.templates import TEMPLATES, render_prompt
 from ..sources import DataSource, load_rows
 from ..verdict import Verdict
@@ -117,10 +119,18 @@ class Task:
         alias: bool = True,
         progress: Callable[[int], None] | None = None,
         record_progress: Callable[[int], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> list[Verdict]:
-        """Check many ``(problem, output, form)`` samples (code tasks run them in parallel)."""
+        """Check many ``(problem, output, form)`` samples (code tasks run them in parallel).
+
+        Once ``should_stop()`` is true no further sample is checked: the rest come back as
+        :meth:`Verdict.not_scored`.
+        """
         verdicts = []
         for problem, output, form in samples:
+            if should_stop is not None and should_stop():
+                verdicts.append(Verdict.not_scored())
+                continue
             verdicts.append(self.check(problem, output, form))
             if progress is not None:
                 progress(1)
@@ -132,3 +142,9 @@ class Task:
 
     def describe(self) -> dict[str, Any]:
         return {"task": self.name, "kind": self.kind, "template": self.template, "data": self.provenance}
+
+    def identity(self) -> dict[str, Any]:
+        """What selects the problems and prompts, known before the data is loaded: the task, the
+        data source and folder, the template (part of an output folder's identity)."""
+        return {"task": self.name, "source": self.source, "data_dir": str(data_dir(self.data_dir)),
+                "template": self.template}

@@ -83,13 +83,17 @@ class _CodeTask(Task):
         alias: bool = True,
         progress: Callable[[int], None] | None = None,
         record_progress: Callable[[int], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> list[Verdict]:
         code_samples = [(p["code"], output, form) for p, output, form in samples]
         return check_code_samples(
             code_samples, self.score_names, primary=self.primary_score(alias), workers=workers,
             timeout=timeout, io_timeout=io_timeout, expected=self.expected, progress=progress,
-            record_progress=record_progress,
+            record_progress=record_progress, should_stop=should_stop,
         )
+
+    def identity(self) -> dict[str, Any]:
+        return {**super().identity(), "plus_limit": self.plus_limit}
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()
@@ -205,6 +209,9 @@ class MbppTask(_CodeTask):
             problems.append({"task_id": f"Mbpp/{number}", "text": r["text"], "tests": "\n".join(r["test_list"]),
                              "entry_point": entry, "canonical_solution": r["code"], "code": code})
         return problems
+
+    def identity(self) -> dict[str, Any]:
+        return {**super().identity(), "subset": self.subset}
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()
