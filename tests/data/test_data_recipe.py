@@ -144,3 +144,25 @@ def test_source_settings_fail_with_one_line_naming_the_key(source, key):
     with pytest.raises(ConfigError) as err:
         Config.from_dict({"data": {"source": "mixture", "sources": [source]}})
     assert str(err.value).startswith(f"config error: {key}") and "\n" not in str(err.value)
+
+
+def test_the_shipped_paper_configs_load_the_papers_subsets_with_epoch_budgets():
+    from data_helpers import CONFIGS
+
+    budgets = {"elf-reg-b-gsm8k.yaml": ("gsm8k", 12), "elf-b-gsm8k.yaml": ("gsm8k", 12),
+               "elf-reg-l-gsm8k.yaml": ("gsm8k", 12), "elf-reg-l-math.yaml": ("math", 8),
+               "elf-reg-l-code.yaml": ("code", 12), "elf-reg-b-mmlu.yaml": ("mmlu", 30)}
+    subsets = {("nvidia/OpenMathInstruct-2", "gsm8k"): ("problem_source", ["gsm8k", "augmented_gsm8k"]),
+               ("nvidia/OpenMathInstruct-2", "math"): ("problem_source", ["math", "augmented_math"]),
+               ("meta-math/MetaMathQA", "gsm8k"): ("type", ["GSM_AnsAug", "GSM_Rephrased", "GSM_SV", "GSM_FOBAR"])}
+    for name, (paper, epochs) in budgets.items():
+        text = (CONFIGS / name).read_text()
+        cfg = Config.load(CONFIGS / name)
+        assert (cfg.data.source, cfg.data.paper, cfg.data.template, cfg.train.epochs) == ("mixture", paper, paper,
+                                                                                          epochs)
+        assert cfg.data.decontaminate and "Not reproducible offline" in text
+        for src in cfg.data.sources:
+            if (src.path, paper) in subsets:
+                assert [(f.field, f.keep) for f in src.filters] == [subsets[(src.path, paper)]]
+    math = Config.load(CONFIGS / "elf-reg-l-math.yaml")
+    assert math.train.init_from == "runs/elf-reg-l-gsm8k" and math.data.decontaminate == ["math500"]
