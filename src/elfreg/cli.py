@@ -85,8 +85,18 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         text, status = describe(err)
-        print(text if text.startswith("config error:") else f"elfreg {args.command}: error: {text}", file=sys.stderr)
+        line = text if text.startswith("config error:") else f"elfreg {args.command}: error: {text}"
+        print(rank_prefix() + line, file=sys.stderr)
         return status
+
+
+def rank_prefix() -> str:
+    """``"rank R/N: "`` in a process that torchrun started with N > 1 (``RANK``/``WORLD_SIZE``),
+    so each rank's one line says which rank failed; empty otherwise."""
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE", "1")
+    if rank is None or world in ("", "1"):
+        return ""
+    return f"rank {rank}/{world}: "
 
 
 if __name__ == "__main__":
