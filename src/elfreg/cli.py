@@ -21,6 +21,8 @@ import warnings
 _COMMAND_MODULES = [
     "elfreg.model.params_cli",
     "elfreg.train.cli",
+    "elfreg.train.export",
+    "elfreg.train.plan",
     "elfreg.sampling.cli",
     "elfreg.eval.cli",
     "elfreg.toy.demo",
