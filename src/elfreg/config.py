@@ -302,6 +302,9 @@ class Config:
             ("train.optimizer", self.train.optimizer in ("adamw", "muon"), "must be adamw or muon"),
             ("text.shard_frozen", not self.text.shard_frozen or self.train.parallel == "fsdp2",
              "needs train.parallel=fsdp2"),
+            ("text.shard_frozen", not (self.text.shard_frozen and self.train.feature_cache),
+             "cannot be used with train.feature_cache (sharded frozen models run on every rank at once; "
+             "the cache skips them on some ranks only)"),
             ("train.peak_tflops", self.train.peak_tflops >= 0, "must be >= 0 (0: no MFU)"),
             ("data.limit", self.data.limit >= 0, "must be >= 0 (0: all examples)"),
             ("data.toy_count", self.data.toy_count >= 1, "must be >= 1"),
