@@ -18,6 +18,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from ..device import autocast
 from .canvas import Canvas
+from .tokenizer import hf_source
 
 
 class ModelUnavailable(RuntimeError):
@@ -32,7 +33,8 @@ def load_causal_lm(name_or_path: str, revision: str | None = None, **kwargs) -> 
     if name_or_path.startswith((".", "/", "~")) and not Path(name_or_path).expanduser().exists():
         raise FileNotFoundError(errno.ENOENT, "no such model folder", name_or_path)
     try:
-        lm = AutoModelForCausalLM.from_pretrained(name_or_path, revision=revision, **kwargs)
+        source, extra = hf_source(name_or_path)
+        lm = AutoModelForCausalLM.from_pretrained(source, revision=revision, **extra, **kwargs)
     except (OSError, ValueError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ModelUnavailable(f"cannot load model {name_or_path!r}: {first}") from err
