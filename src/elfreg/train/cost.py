@@ -125,9 +125,9 @@ def flops_per_token(cfg: Config, encoder: LMShape, teacher: LMShape | None) -> d
 class Throughput:
     """Running tokens/s (with and without padding) and MFU of a training loop."""
 
-    def __init__(self, flops: dict[str, float] | None, world: int, peak_tflops: float):
-        self.flops, self.world, self.peak = flops, world, peak_tflops
-        self.tokens = self.real = 0
+    def __init__(self, flops: dict[str, float] | None, world: int, peak_tflops: float, device: Any = None):
+        self.flops, self.world, self.peak, self.device = flops, world, peak_tflops, device
+        self.tokens = self.real = self.steps = 0
         self.seconds = 0.0
 
     @classmethod
@@ -138,18 +138,25 @@ class Throughput:
         if run.with_teacher:
             tc = run.cfg.text
             teacher = LMShape.of_hf(run.frozen.teacher.reader.base.config, max(tc.repa_layer, tc.reg_layer))
-        return cls(flops_per_token(run.cfg, encoder, teacher), run.dist.world, run.cfg.train.peak_tflops)
+        return cls(flops_per_token(run.cfg, encoder, teacher), run.dist.world, run.cfg.train.peak_tflops, run.device)
 
     def add(self, tokens: int, real_tokens: int, seconds: float) -> None:
         self.tokens += tokens
         self.real += real_tokens
         self.seconds += seconds
+        self.steps += 1
 
     def report(self) -> dict[str, float]:
-        """tokens/s, real (unpadded) tokens/s, model TFLOP/s per device, MFU, and FLOPs per token
-        by component, averaged since the loop started."""
+        """tokens/s, real (unpadded) tokens/s, seconds per step, model TFLOP/s per device, MFU,
+        FLOPs per token by component (averaged since the loop started), and on CUDA the peak
+        memory allocated on this rank's GPU."""
         secs = max(self.seconds, 1e-9)
-        out = {"tokens_per_s": self.tokens / secs, "real_tokens_per_s": self.real / secs}
+        out = {"tokens_per_s": self.tokens / secs, "real_tokens_per_s": self.real / secs,
+               "step_seconds": secs / max(self.steps, 1)}
+        if self.device is not None and getattr(self.device, "type", None) == "cuda":
+            import torch
+
+            out["peak_memory_gb"] = torch.cuda.max_memory_allocated(self.device) / 1e9
         if self.flops is not None:
             tflops = self.tokens * self.flops["total"] / secs / self.world / 1e12
             out["tflops_per_device"] = tflops
