@@ -36,3 +36,9 @@ def test_sharded_evaluation_equals_one_process(tiny_assets, tmp_path: Path) -> N
     s1, s2 = (json.loads((tmp_path / n / "summary.json").read_text()) for n in ("one", "two"))
     for key in ("pass@1", "n_samples", "per_seed"):
         assert s1[key] == s2[key], key
+    # scoring predictions is not sharded: rank 0 scores, the other ranks leave the folder alone
+    proc = torchrun(["eval", "--task", "gsm8k", "--source", str(data), "--predictions",
+                     str(tmp_path / "one" / "predictions.jsonl"), "--out", str(tmp_path / "three"), "--no-progress"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    s3 = json.loads((tmp_path / "three" / "summary.json").read_text())
+    assert s3["pass@1"] == s1["pass@1"] and s3["n_samples"] == 14

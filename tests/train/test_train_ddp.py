@@ -64,13 +64,14 @@ def _weights_close(a, b, tol: float = 1e-4) -> float:
     return worst
 
 
-@pytest.mark.parametrize("mode", ["ddp", "fsdp2", "fsdp2+shard_frozen"])
+@pytest.mark.parametrize("mode", ["ddp", "fsdp2", "fsdp2+shard_frozen+activation_checkpointing"])
 def test_two_ranks_train_what_one_process_trains(dist_cfg, mode):
     steps = 20
     one, _ = dist_cfg("one", steps=steps, ckpt_every=steps)
     train(one, EXAMPLES)
     two, path = dist_cfg(mode, steps=steps, ckpt_every=10, parallel=mode.split("+")[0])
-    proc = torchrun(["train", "--config", str(path)] + (["text.shard_frozen=true"] if "shard" in mode else []))
+    extra = ["text.shard_frozen=true", "train.activation_checkpointing=true"] if "shard" in mode else []
+    proc = torchrun(["train", "--config", str(path), *extra])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("trained to step 20") == 1  # rank 0 alone reports
     loss_rel = _close(metrics(_dir(two)), metrics(_dir(one)))

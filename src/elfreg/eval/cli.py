@@ -97,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         SampleConfig().replace(**overrides)  # checks the given sampler settings before any work
     except (ConfigError, ValueError) as err:
         return _fail(err)
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 and not args.checkpoint and os.environ.get("RANK", "0") != "0":
+        return 0  # scoring --predictions is not sharded: rank 0 does it alone (in parallel sandboxes)
     if args.checkpoint and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
         # under torchrun: rank 0 evaluates, every rank generates (elfreg.eval.distributed)
         from . import generation

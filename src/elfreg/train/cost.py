@@ -172,9 +172,10 @@ def memory_per_gpu(cfg: Config, params: dict[str, int], encoder: LMShape, teache
     over the GPUs under ``fsdp2``); activations are those the main pass keeps for its backward at
     the canvas length for this GPU's share of the micro-batch (bf16 under bf16 precision; one
     block's input per block with activation checkpointing); the decoder head's logits are those
-    of one 8192-position chunk, recomputed in the backward pass (bf16 logits, their fp32 copy and
-    gradient); frozen models are counted at ``frozen_bytes`` per weight (their checkpoints' bf16),
-    divided over the GPUs with ``text.shard_frozen``."""
+    of one chunk (at most 8192 of the expected decode positions), recomputed in the backward
+    pass (bf16 logits, their fp32 copy and gradient); frozen models are counted at
+    ``frozen_bytes`` per weight (their checkpoints' bf16), divided over the GPUs with
+    ``text.shard_frozen``."""
     tc, m, t = cfg.train, cfg.model, cfg.text
     shard = gpus if tc.parallel == "fsdp2" else 1
     total, muon = params["total"], params.get("muon", 0) if tc.optimizer == "muon" else 0
@@ -188,6 +189,8 @@ def memory_per_gpu(cfg: Config, params: dict[str, int], encoder: LMShape, teache
     else:
         blocks = per_block * m.depth
     examples = tc.batch_size / gpus
+    # answer positions of this GPU's decode rows (decode_prob of the rows), the decoder head's input
+    decode_positions = cfg.flow.decode_prob * examples * (t.canvas_len - t.prompt_cap / 2)
     frozen_params = encoder.layers * encoder.block_params() + encoder.width * encoder.vocab
     if teacher is not None:
         frozen_params += teacher.layers * teacher.block_params() + teacher.width * teacher.vocab
@@ -197,7 +200,7 @@ def memory_per_gpu(cfg: Config, params: dict[str, int], encoder: LMShape, teache
         "optimizer": (8 * (total - muon) + 4 * muon) / shard,
         "ema": 4 * total / shard,
         "activations": examples * blocks,
-        "decoder_logits_chunk": min(8192, examples * t.canvas_len) * encoder.vocab * (2 + 4 + 4),
+        "decoder_logits_chunk": min(8192, decode_positions) * encoder.vocab * (2 + 4 + 4),
         "frozen_models": frozen_bytes * frozen_params / (gpus if t.shard_frozen else 1),
     }
     out["total"] = sum(out.values())

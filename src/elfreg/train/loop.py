@@ -1,12 +1,12 @@
 """The training loop: steps, progress bar, ``metrics.jsonl``, checkpoint cadence, ``stop_at``.
 
 Exact resume: the data order is a pure function of (seed, micro-batch index), and every random
-draw of the objective comes from one generator whose state is saved with each checkpoint, so
-``2N`` uninterrupted steps and ``N`` + resume + ``N`` produce the same losses.
+draw of the objective is a function of (seed, micro-batch index, position in the global batch)
+(:func:`~elfreg.train.batch.row_draws`), so ``2N`` uninterrupted steps and ``N`` + resume + ``N``
+produce the same losses, at any number of ranks on either side of the resume.
 
 :func:`train` is :func:`~elfreg.train.build.start_run` followed by :func:`train_loop`; the loop
-only calls :func:`~elfreg.train.step.train_step` and :func:`save`, so a scale-out layer wraps
-those (and the build) without touching the loop.
+only calls :func:`~elfreg.train.step.train_step` and :func:`save`.
 """
 
 from __future__ import annotations

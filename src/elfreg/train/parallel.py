@@ -55,12 +55,15 @@ class DistInfo:
         return dist.is_available() and dist.is_initialized()
 
     def sum(self, values: torch.Tensor) -> torch.Tensor:
-        """``values`` summed over ranks (a new tensor; the input itself on one process)."""
+        """``values`` summed over ranks (a new tensor on ``values``' device; the input itself on
+        one process). NCCL reduces only GPU tensors, so CPU values travel through this rank's GPU."""
         if not self.active or self.world == 1:
             return values
         out = values.clone()
+        if dist.get_backend() == "nccl" and out.device.type != "cuda":
+            out = out.to(torch.device("cuda", torch.cuda.current_device()))
         dist.all_reduce(out, op=dist.ReduceOp.SUM)
-        return out
+        return out.to(values.device)
 
     def broadcast(self, obj: Any) -> Any:
         """Rank 0's ``obj`` on every rank."""
@@ -106,6 +109,8 @@ def init_distributed(mode: str, device: torch.device) -> DistInfo:
     if dist.is_initialized():
         return DistInfo(dist.get_rank(), dist.get_world_size(), info.local_rank)
     backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":  # before the group: its object collectives use the current GPU
+        torch.cuda.set_device(device.index if device.index is not None else info.local_rank)
     if "MASTER_ADDR" in os.environ:
         dist.init_process_group(backend, timeout=timedelta(minutes=30))
     else:  # plain `elfreg train` with a ddp/fsdp2 config: a group of one
