@@ -110,3 +110,16 @@ def test_muon_with_fsdp2_is_refused_in_one_line(tiny_cfg):
 
     with pytest.raises(ConfigError, match="muon is not supported with train.parallel=fsdp2"):
         tiny_cfg(train={"optimizer": "muon", "parallel": "fsdp2"})
+
+
+@pytest.mark.slow  # compiling on 2 shared cores takes most of a minute
+def test_compiled_blocks_train_what_eager_blocks_train(tiny_cfg, tmp_path):
+    from elfreg.checkpoint import open_checkpoint
+
+    runs = {}
+    for compiled in (False, True):
+        cfg = tiny_cfg(train={"steps": 3, "compile": compiled, "out_dir": str(tmp_path / str(compiled))})
+        train(cfg, EXAMPLES)
+        runs[compiled] = [m["total"] for m in metrics(tmp_path / str(compiled))]
+        assert open_checkpoint(cfg.train.out_dir).load_student() is not None  # same parameter names
+    assert runs[True] == pytest.approx(runs[False], rel=1e-3)
