@@ -64,19 +64,22 @@ def _weights_close(a, b, tol: float = 1e-4) -> float:
     return worst
 
 
-@pytest.mark.parametrize("mode", ["ddp", "fsdp2", "fsdp2+shard_frozen+activation_checkpointing"])
+@pytest.mark.parametrize("mode", ["ddp", "fsdp2", "fsdp2+shard_frozen+activation_checkpointing", "ddp+muon"])
 def test_two_ranks_train_what_one_process_trains(dist_cfg, mode):
     steps = 20
-    one, _ = dist_cfg("one", steps=steps, ckpt_every=steps)
+    optimizer = "muon" if "muon" in mode else "adamw"
+    one, _ = dist_cfg("one", steps=steps, ckpt_every=steps, optimizer=optimizer)
     train(one, EXAMPLES)
-    two, path = dist_cfg(mode, steps=steps, ckpt_every=10, parallel=mode.split("+")[0])
+    two, path = dist_cfg(mode, steps=steps, ckpt_every=10, parallel=mode.split("+")[0], optimizer=optimizer)
     extra = ["text.shard_frozen=true", "train.activation_checkpointing=true"] if "shard" in mode else []
     proc = torchrun(["train", "--config", str(path), *extra])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("trained to step 20") == 1  # rank 0 alone reports
     loss_rel = _close(metrics(_dir(two)), metrics(_dir(one)))
     assert is_sharded(resolve_checkpoint(_dir(two)))
-    weight_abs = _weights_close(_dir(two), _dir(one))
+    # torch's Muon orthogonalises in bf16, which turns float reduction-order differences of the
+    # gradients into bf16 rounding differences of the updates: weights agree to ~1e-4, not 1e-6
+    weight_abs = _weights_close(_dir(two), _dir(one), tol=1e-3 if optimizer == "muon" else 1e-4)
     print(f"{mode}: 2 ranks vs 1 process, {steps} steps: losses rel {loss_rel:.2e}, weights abs {weight_abs:.2e}")
     # every loss term moved: this is a real comparison, not two empty runs
     first, last = metrics(_dir(one))[0], metrics(_dir(one))[-1]
@@ -151,11 +154,45 @@ def test_a_rank_killed_during_a_save_leaves_the_previous_checkpoint_and_the_run_
     print(f"killed and resumed: losses rel {loss_rel:.2e}, weights abs {weight_abs:.2e}")
 
 
-def test_every_rank_fails_with_one_line_naming_it(dist_cfg):
-    _, path = dist_cfg("bad", steps=2, parallel="ddp")
-    proc = torchrun(["train", "--config", str(path), "train.batch_size=3"])
+POISON = textwrap.dedent("""
+    # the 3rd loss of rank 1 (step 2, first micro-batch) is NaN; rank 0's are finite
+    import os, sys
+    from elfreg.train import step
+
+    real, calls = step.elf_reg_loss, {"n": 0}
+
+    def poisoned(*args, **kwargs):
+        out = real(*args, **kwargs)
+        calls["n"] += 1
+        if os.environ["RANK"] == "1" and calls["n"] == 3:
+            out.total = out.total * float("nan")
+        return out
+
+    step.elf_reg_loss = poisoned
+    from elfreg.cli import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+@pytest.mark.parametrize(("override", "named"), [
+    ("train.batch_size=3", "train.batch_size (3) is the global micro-batch and must be divisible by the number of "
+                           "ranks (2)"),
+    ("data.path=/nonexistent/data.jsonl", "/nonexistent/data.jsonl"),
+    ("train.lr=-1", "config error: train.lr: must be > 0"),
+    ("poison", "non-finite loss at step 2"),
+])
+def test_every_rank_fails_with_one_line_naming_it(dist_cfg, tmp_path, override, named):
+    """A bad setting, a missing file, a non-finite loss on one rank: every rank stops with one
+    line naming it and the failure, no traceback."""
+    _, path = dist_cfg("bad", steps=3, parallel="ddp")
+    script = None
+    if override == "poison":
+        script = tmp_path / "poison.py"
+        script.write_text(POISON)
+    proc = torchrun(["train", "--config", str(path)] + ([override] if script is None else []), script=script)
     assert proc.returncode != 0
-    lines = [ln for ln in proc.stderr.splitlines() if "elfreg train: error" in ln]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("rank ")]
     assert sorted(ln.split(":")[0] for ln in lines) == ["rank 0/2", "rank 1/2"], proc.stderr[-2000:]
-    assert all("train.batch_size (3)" in ln and "2" in ln for ln in lines)
-    assert "Traceback" not in "\n".join(lines)
+    assert all(named in ln for ln in lines), lines
+    # no rank printed a traceback (torchrun prints its own summary of the failed ranks)
+    assert not [ln for ln in proc.stderr.splitlines() if ln.strip().startswith("File") and "/elfreg/" in ln]
