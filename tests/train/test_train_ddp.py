@@ -196,3 +196,37 @@ def test_every_rank_fails_with_one_line_naming_it(dist_cfg, tmp_path, override, 
     assert all(named in ln for ln in lines), lines
     # no rank printed a traceback (torchrun prints its own summary of the failed ranks)
     assert not [ln for ln in proc.stderr.splitlines() if ln.strip().startswith("File") and "/elfreg/" in ln]
+
+
+def test_sigterm_to_torchrun_stops_every_rank_after_the_same_step_with_a_checkpoint(dist_cfg):
+    """torchrun passes SIGTERM to its ranks; they agree on the step, checkpoint it and exit with
+    one line each; the same command resumes (a constant schedule, so the resumed part can end a
+    few steps later by its own train.steps and be compared with a straight run)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cfg, path = dist_cfg("signalled", steps=100_000, ckpt_every=100_000, schedule="constant", parallel="ddp")
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--no-python",
+              str(Path(sys.executable).parent / "elfreg"), "train", "--config", str(path)]
+    proc = subprocess.Popen(launch, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    log = _dir(cfg) / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (log.exists() and len(log.read_text().splitlines()) >= 3):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    stopped = [ln for ln in err.splitlines() if ln.startswith("rank ") and "interrupted by SIGTERM" in ln]
+    assert len(stopped) == 2, err[-2000:]
+    step = open_checkpoint(_dir(cfg)).meta["step"]
+    assert all(f"after step {step};" in ln for ln in stopped)
+    assert metrics(_dir(cfg))[-1]["step"] == step
+    proc = torchrun(["train", "--config", str(path), f"train.steps={step + 2}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    straight, _ = dist_cfg("straight", steps=step + 2, ckpt_every=100_000, schedule="constant")
+    train(straight, EXAMPLES)
+    _close(metrics(_dir(cfg)), metrics(_dir(straight)))
