@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -65,20 +66,35 @@ def restore(run: Run, ckpt: Checkpoint) -> None:
     opts = optimizers_of(run.optimizer)
     if ckpt.sharded:
         state = _state(run)
+        _keep_saved_optimizer_slots(state["optim"]["state"], ckpt.path / SHARDED)
         with warnings.catch_warnings():  # on one process DCP says it assumes one process
             warnings.simplefilter("ignore", UserWarning)
             dcp.load(state, checkpoint_id=str(ckpt.path / SHARDED), no_dist=not run.dist.active)
         set_model_state_dict(run.student, state["model"])
-        set_optimizer_state_dict(run.student, opts, state["optim"])
+        # strict=False: parameters without saved state (dropped above) are left without state
+        set_optimizer_state_dict(run.student, opts, state["optim"], options=StateDictOptions(strict=False))
         extra = state.get("extra")
     else:
         model_sd, optim_sd, ema, extra = _whole_state(run, ckpt)
         full = StateDictOptions(full_state_dict=True)
         set_model_state_dict(run.student, model_sd, options=full)
-        set_optimizer_state_dict(run.student, opts, optim_sd, options=full)
+        # strict=False: parameters the checkpoint holds no optimiser state for are left without
+        set_optimizer_state_dict(run.student, opts, optim_sd, options=StateDictOptions(full_state_dict=True,
+                                                                                       strict=False))
         run.ema.shadow = {k: _like(ema[k], v) for k, v in run.ema.shadow.items()}
     if run.with_teacher and extra is not None:
         run.frozen.teacher.reg_mean, run.frozen.teacher.reg_std = extra["reg_mean"].cpu(), extra["reg_std"].cpu()
+
+
+def _keep_saved_optimizer_slots(slots: dict, folder: Path) -> None:
+    """Drop from a load template the optimiser state of parameters the checkpoint has none for
+    (they never had a gradient, e.g. the decoder head before any decode row): DCP fills a fresh
+    optimiser's state for every parameter, and those would otherwise miss in the checkpoint, or
+    carry a step count an uninterrupted run does not have."""
+    saved = FileSystemReader(str(folder)).read_metadata().state_dict_metadata
+    prefixes = {".".join(k.split(".")[:-1]) for k in saved if k.startswith("optim.state.")}
+    for name in [n for n in slots if not any(p.startswith(f"optim.state.{n}") for p in prefixes)]:
+        del slots[name]
 
 
 def _whole_state(run: Run, ckpt: Checkpoint) -> tuple[dict, dict, dict, dict | None]:
