@@ -74,3 +74,24 @@ def test_logged_mfu_is_tokens_times_flops_over_peak(tiny_cfg):
     for m in metrics(Path(cfg.train.out_dir)):
         assert m["real_tokens_per_s"] < m["tokens_per_s"]  # padding excluded
         assert m["mfu"] == pytest.approx(m["tokens_per_s"] * m["flops_per_token.total"] / 1e12 / 0.001)
+
+
+def test_logged_frozen_flops_count_what_the_frozen_models_ran(tiny_cfg):
+    """The encoder reads every canvas position; the teacher stops at each batch's last content
+    token, and with the feature cache neither runs for examples seen before."""
+    from elfreg.train.cost import LMShape
+
+    cfg = tiny_cfg(train={"steps": 4, "batch_size": 4})
+    train(cfg, EXAMPLES)
+    static = flops_per_token(cfg, *frozen_shapes(cfg))
+    for m in metrics(Path(cfg.train.out_dir)):
+        assert m["flops_per_token.frozen_encoder"] == pytest.approx(static["frozen_encoder"], rel=1e-9)
+        assert 0 < m["flops_per_token.frozen_teacher"] < static["frozen_teacher"]
+    teacher = frozen_shapes(cfg)[1]
+    used = 12  # a read of 12 positions costs 12 × forward_flops(12)
+    assert teacher.flops_of(used, used * used) == pytest.approx(used * teacher.forward_flops(used))
+    assert isinstance(teacher, LMShape)
+    cached = tiny_cfg(train={"steps": 4, "batch_size": 4, "feature_cache": True, "out_dir": cfg.train.out_dir + "-c"})
+    train(cached, EXAMPLES)  # 4 examples: every step after the first is served by the cache
+    lines = metrics(Path(cached.train.out_dir))
+    assert lines[0]["flops_per_token.frozen_encoder"] > lines[-1]["flops_per_token.frozen_encoder"]

@@ -73,6 +73,8 @@ class _LayerReader:
         self.width = int(lm.config.hidden_size)
         self.vocab_size = int(lm.config.vocab_size)
         self._out: dict[int, torch.Tensor] = {}
+        self.positions = 0  # rows × length of every read, and rows × length²: what its FLOPs are of
+        self.squares = 0
         for k in layers:
             base.layers[k - 1].register_forward_hook(self._hook(k))
 
@@ -89,6 +91,8 @@ class _LayerReader:
     def read(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None) -> dict[int, torch.Tensor]:
         self._out.clear()
         tokens = tokens.to(self.device)
+        self.positions += tokens.numel()
+        self.squares += tokens.numel() * tokens.shape[-1]
         if attention_mask is not None:
             attention_mask = attention_mask.to(self.device).long()
         with autocast(self.device, self.bf16):
@@ -146,8 +150,14 @@ class FrozenTeacher:
         self.reg_std = torch.ones(self.width)
 
     def _raw(self, canvas: Canvas) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        states = self.reader.read(canvas.tokens)
-        repa_states = states[self.repa_layer]
+        # Targets are read at content positions and the last content token only, and the teacher
+        # is causal, so it runs up to the longest content of the batch: the EOS padding after it
+        # (most of a 1024-token canvas for short answers) would change no target. The padding
+        # positions' REPA targets are zeros (never read: REPA averages over content tokens).
+        length = canvas.tokens.shape[1]
+        used = int(canvas.last_content.max()) + 1
+        states = self.reader.read(canvas.tokens[:, :used])
+        repa_states = torch.nn.functional.pad(states[self.repa_layer], (0, 0, 0, length - used))
         rows = torch.arange(canvas.tokens.shape[0], device=repa_states.device)
         last = canvas.last_content.to(repa_states.device)
         reg = states[self.reg_layer][rows, last]

@@ -58,6 +58,11 @@ class LMShape:
         """Forward FLOPs per position: the matmuls of ``layers`` blocks and causal attention."""
         return self.layers * (2 * self.block_params() + 2 * seq * self.heads * self.head_dim)
 
+    def flops_of(self, positions: float, squares: float) -> float:
+        """Forward FLOPs of reads totalling ``positions`` (rows × length) and ``squares``
+        (rows × length²): :meth:`forward_flops` summed over them."""
+        return self.layers * (2 * self.block_params() * positions + 2 * self.heads * self.head_dim * squares)
+
 
 # The paper's frozen models (Qwen3 configs), so plans need no download.
 QWEN3 = {
@@ -93,9 +98,12 @@ def frozen_shapes(cfg: Config) -> tuple[LMShape, LMShape | None]:
     return encoder, teacher
 
 
-def flops_per_token(cfg: Config, encoder: LMShape, teacher: LMShape | None) -> dict[str, float]:
+def flops_per_token(cfg: Config, encoder: LMShape, teacher: LMShape | None,
+                    teacher_tokens: int | None = None) -> dict[str, float]:
     """Model FLOPs per canvas position of one example, by component (see the module docstring);
-    ``total`` sums every component but ``recompute``."""
+    ``total`` sums every component but ``recompute``. The teacher runs up to the longest content
+    of each micro-batch (``teacher_tokens`` positions per example; default the whole canvas, an
+    upper bound)."""
     m, f, t = cfg.model, cfg.flow, cfg.text
     width, d, vocab = m.width, encoder.width, encoder.vocab
     hidden = m.mlp_hidden or (8 * width) // 3
@@ -115,7 +123,8 @@ def flops_per_token(cfg: Config, encoder: LMShape, teacher: LMShape | None) -> d
         "self_cond_aux": aux_rows * (blocks + io),
         "decoder_head": 4 * f.decode_prob * answer_frac * head,
         "frozen_encoder": encoder.forward_flops(t.canvas_len),
-        "frozen_teacher": teacher.forward_flops(t.canvas_len) if teacher is not None else 0.0,
+        "frozen_teacher": 0.0 if teacher is None else (
+            teacher.forward_flops(teacher_tokens or t.canvas_len) * (teacher_tokens or t.canvas_len) / t.canvas_len),
     }
     out["total"] = sum(out.values())
     out["recompute"] = blocks if cfg.train.activation_checkpointing else 0.0
@@ -125,10 +134,12 @@ def flops_per_token(cfg: Config, encoder: LMShape, teacher: LMShape | None) -> d
 class Throughput:
     """Running tokens/s (with and without padding) and MFU of a training loop."""
 
-    def __init__(self, flops: dict[str, float] | None, world: int, peak_tflops: float, device: Any = None):
-        self.flops, self.world, self.peak, self.device = flops, world, peak_tflops, device
+    def __init__(self, flops: dict[str, float] | None, world: int, peak_tflops: float, device: Any = None,
+                 frozen: tuple[LMShape, LMShape | None] | None = None):
+        self.flops, self.world, self.peak, self.device, self.frozen = flops, world, peak_tflops, device, frozen
         self.tokens = self.real = self.steps = 0
         self.seconds = 0.0
+        self.reads = [0.0, 0.0, 0.0, 0.0]  # encoder positions, squares, teacher positions, squares
 
     @classmethod
     def of_run(cls, run: Run) -> Throughput:
@@ -138,13 +149,30 @@ class Throughput:
         if run.with_teacher:
             tc = run.cfg.text
             teacher = LMShape.of_hf(run.frozen.teacher.reader.base.config, max(tc.repa_layer, tc.reg_layer))
-        return cls(flops_per_token(run.cfg, encoder, teacher), run.dist.world, run.cfg.train.peak_tflops, run.device)
+        return cls(flops_per_token(run.cfg, encoder, teacher), run.dist.world, run.cfg.train.peak_tflops, run.device,
+                   (encoder, teacher))
 
-    def add(self, tokens: int, real_tokens: int, seconds: float) -> None:
+    def add(self, tokens: int, real_tokens: int, seconds: float, reads: list[float] | None = None) -> None:
+        """One step: canvas tokens with and without padding, its time, and the frozen models'
+        reads (encoder positions and squares, teacher positions and squares; all ranks)."""
         self.tokens += tokens
         self.real += real_tokens
         self.seconds += seconds
         self.steps += 1
+        for i, value in enumerate(reads or []):
+            self.reads[i] += value
+
+    def _measured(self) -> dict[str, float] | None:
+        """FLOPs per canvas token with the frozen models counted as they ran (the teacher up to
+        each batch's content, nothing for examples the feature cache served)."""
+        if self.flops is None or self.frozen is None or not self.tokens:
+            return self.flops
+        encoder, teacher = self.frozen
+        out = dict(self.flops)
+        out["frozen_encoder"] = encoder.flops_of(*self.reads[:2]) / self.tokens
+        out["frozen_teacher"] = teacher.flops_of(*self.reads[2:]) / self.tokens if teacher is not None else 0.0
+        out["total"] = sum(v for k, v in out.items() if k not in ("total", "recompute"))
+        return out
 
     def report(self) -> dict[str, float]:
         """tokens/s, real (unpadded) tokens/s, seconds per step, model TFLOP/s per device, MFU,
@@ -157,11 +185,12 @@ class Throughput:
             import torch
 
             out["peak_memory_gb"] = torch.cuda.max_memory_allocated(self.device) / 1e9
-        if self.flops is not None:
-            tflops = self.tokens * self.flops["total"] / secs / self.world / 1e12
+        flops = self._measured()
+        if flops is not None:
+            tflops = self.tokens * flops["total"] / secs / self.world / 1e12
             out["tflops_per_device"] = tflops
             out["mfu"] = tflops / self.peak if self.peak > 0 else 0.0
-            out.update({f"flops_per_token.{k}": v for k, v in self.flops.items()})
+            out.update({f"flops_per_token.{k}": v for k, v in flops.items()})
         return out
 
 

@@ -85,7 +85,7 @@ def train_loop(run: Run, step: int, stop_at: int | None = None) -> TrainResult:
         while step < end:
             t0 = time.perf_counter()
             result = train_step(run, step)
-            speed.add(result.tokens, result.real_tokens, time.perf_counter() - t0)
+            speed.add(result.tokens, result.real_tokens, time.perf_counter() - t0, result.reads)
             step += 1
             terms = result.losses
             bar.update(1)

@@ -5,7 +5,9 @@ frozen models are known by shape, others are read from their local HF configs).
 Prints model FLOPs per canvas position by component (:mod:`elfreg.train.cost`), memory per GPU,
 tokens per epoch (from ``--examples``, or counted in a local ``data.path`` JSONL file), and the
 step time and GPU-hours of the configured budget (``train.steps``, or ``--epochs`` of the data)
-at the given peak and MFU. ``--compare OTHER.yaml`` adds the GPU-hour ratio of the two configs
+at the given peak and MFU. The teacher runs only up to the longest content of a micro-batch;
+``--teacher-tokens N`` says how long that is (default: the whole canvas, an upper bound).
+``--compare OTHER.yaml`` adds the GPU-hour ratio of the two configs
 at the same settings (``docs/scaling.md`` compares ELF-REG-B with ELF-B this way).
 """
 
@@ -49,7 +51,7 @@ def count_examples(cfg: Config) -> int | None:
 
 
 def make_plan(cfg: Config, gpus: int, peak_tflops: float, mfu: float, examples: int | None = None,
-              epochs: float | None = None) -> Plan:
+              epochs: float | None = None, teacher_tokens: int | None = None) -> Plan:
     if gpus < 1 or peak_tflops <= 0 or not 0 < mfu <= 1:
         raise ValueError("--gpus must be >= 1, --peak-tflops > 0 and --mfu in (0, 1]")
     encoder, teacher = frozen_shapes(cfg)
@@ -57,7 +59,7 @@ def make_plan(cfg: Config, gpus: int, peak_tflops: float, mfu: float, examples: 
         student = student_from_config(cfg, encoder.width, encoder.vocab, teacher.width if teacher else None)
     params = {"total": sum(p.numel() for p in student.parameters()),
               "muon": sum(p.numel() for p in student.blocks.parameters() if p.dim() == 2)}
-    flops = flops_per_token(cfg, encoder, teacher)
+    flops = flops_per_token(cfg, encoder, teacher, teacher_tokens)
     memory = memory_per_gpu(cfg, params, encoder, teacher, gpus)
     tc = cfg.train
     per_step = tc.batch_size * tc.grad_accum
@@ -103,11 +105,11 @@ def format_plan(name: str, cfg: Config, plan: Plan, gpus: int, peak: float, mfu:
 def run(args: argparse.Namespace) -> int:
     cfg = Config.load(args.config, args.override)
     peak = args.peak_tflops if args.peak_tflops is not None else cfg.train.peak_tflops
-    plan = make_plan(cfg, args.gpus, peak, args.mfu, args.examples, args.epochs)
+    plan = make_plan(cfg, args.gpus, peak, args.mfu, args.examples, args.epochs, args.teacher_tokens)
     print(format_plan(args.config, cfg, plan, args.gpus, peak, args.mfu))
     if args.compare:
         other_cfg = Config.load(args.compare, args.override)
-        other = make_plan(other_cfg, args.gpus, peak, args.mfu, args.examples, args.epochs)
+        other = make_plan(other_cfg, args.gpus, peak, args.mfu, args.examples, args.epochs, args.teacher_tokens)
         print(f"GPU-hours {args.config} / {args.compare}: {plan.gpu_hours:.1f} / {other.gpu_hours:.1f} = "
               f"{plan.gpu_hours / other.gpu_hours:.2f}x (FLOPs per token {plan.flops['total'] / 1e9:.2f} / "
               f"{other.flops['total'] / 1e9:.2f} GFLOP)")
@@ -123,6 +125,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mfu", type=float, default=DEFAULT_MFU, help=f"model FLOPs utilisation (default {DEFAULT_MFU})")
     p.add_argument("--examples", type=int, default=None, help="training examples per epoch (default: counted)")
     p.add_argument("--epochs", type=float, default=None, help="budget in epochs instead of train.steps")
+    p.add_argument("--teacher-tokens", type=int, default=None,
+                   help="positions the teacher runs per example: the longest content (prompt + answer) of a "
+                        "micro-batch (default: the canvas length, an upper bound)")
     p.add_argument("--compare", default=None, help="another config: print the GPU-hour ratio")
     p.add_argument("override", nargs="*", help="key.sub=value overrides (applied to both configs)")
     p.set_defaults(func=run)

@@ -33,6 +33,10 @@ class StepResult:
     """Canvas positions the step trained on, over all ranks (padding included)."""
     real_tokens: int = 0
     """The same without padding (prompt, answer and one EOS per example)."""
+    reads: list[float] | None = None
+    """The frozen models' reads during the step, over all ranks: encoder positions and
+    positions × length, then the teacher's (what :class:`~elfreg.train.cost.Throughput` counts
+    their FLOPs from)."""
 
 
 def micro_rows(run: Run, k: int) -> list[int]:
@@ -70,7 +74,8 @@ def train_step(run: Run, step: int) -> StepResult:
     scale = backward_scale(run.cfg, run.dist) / tc.grad_accum
     reduce_counts = run.dist.sum if run.dist.world > 1 else None
     sums: dict[str, float] = {}
-    tokens = torch.zeros(2, dtype=torch.float64)
+    tokens = torch.zeros(6, dtype=torch.float64)  # canvas, unpadded, frozen reads (see StepResult.reads)
+    reads_before = frozen_reads(run)
     for micro in range(tc.grad_accum):
         k = step * tc.grad_accum + micro
         batch = micro_batch(run, k)
@@ -88,14 +93,23 @@ def train_step(run: Run, step: int) -> StepResult:
         for key, v in values.items():
             sums[key] = sums.get(key, 0.0) + v / tc.grad_accum
         canvas = batch.canvas
-        tokens += torch.tensor([canvas.tokens.numel(), real_tokens(canvas)], dtype=torch.float64)
+        tokens[:2] += torch.tensor([canvas.tokens.numel(), real_tokens(canvas)], dtype=torch.float64)
     grad_norm = torch.nn.utils.clip_grad_norm_(run.student.parameters(), tc.grad_clip)
     if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
         grad_norm = grad_norm.full_tensor()
     run.optimizer.step()
     run.ema.update(run.student)
-    total, real = run.dist.sum(tokens).tolist()
-    return StepResult(losses=sums, lr=lr, grad_norm=float(grad_norm), tokens=int(total), real_tokens=int(real))
+    tokens[2:] = torch.tensor(frozen_reads(run), dtype=torch.float64) - torch.tensor(reads_before, dtype=torch.float64)
+    total, real, *reads = run.dist.sum(tokens).tolist()
+    return StepResult(losses=sums, lr=lr, grad_norm=float(grad_norm), tokens=int(total), real_tokens=int(real),
+                      reads=reads)
+
+
+def frozen_reads(run: Run) -> list[float]:
+    """How much the frozen encoder and teacher have read so far on this rank (positions and
+    positions × length, each), what their FLOPs are counted from."""
+    readers = [run.frozen.encoder.reader, run.frozen.teacher.reader if run.with_teacher else None]
+    return [float(getattr(r, name, 0)) if r is not None else 0.0 for r in readers for name in ("positions", "squares")]
 
 
 def real_tokens(canvas: Canvas) -> int:
