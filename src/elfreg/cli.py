@@ -25,6 +25,7 @@ _COMMAND_MODULES = [
     "elfreg.train.plan",
     "elfreg.sampling.cli",
     "elfreg.eval.cli",
+    "elfreg.data.cli",
     "elfreg.toy.demo",
 ]
 DEBUG_ENV = "ELFREG_DEBUG"

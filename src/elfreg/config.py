@@ -14,11 +14,13 @@ from typing import Any, Literal
 
 import yaml
 
+from .config_data import BENCHMARKS, PAPER_RECIPES, TEMPLATES, DataConfig, FilterConfig, SourceConfig
 from .strict import ConfigError, add_config_flags, apply_override, build_dataclass, config_flag_values
 
 __all__ = [  # the parsing helpers of elfreg.strict are re-exported: callers import every config name from here
-    "SAMPLERS", "Config", "ConfigError", "DataConfig", "EvalConfig", "FlowConfig", "LossConfig", "ModelConfig",
-    "SampleConfig", "TextConfig", "TrainConfig", "add_config_flags", "apply_override", "build_dataclass",
+    "BENCHMARKS", "PAPER_RECIPES", "SAMPLERS", "TEMPLATES", "Config", "ConfigError", "DataConfig", "EvalConfig",
+    "FilterConfig", "FlowConfig", "LossConfig", "ModelConfig", "SampleConfig", "SourceConfig", "TextConfig",
+    "TrainConfig", "add_config_flags", "apply_override", "build_dataclass",
     "config_flag_values", "needs_teacher",
 ]
 
@@ -90,26 +92,12 @@ def needs_teacher(repa: bool, extra_token: str) -> bool:
 
 
 @dataclass
-class DataConfig:
-    """Training examples: a toy generator, a local JSONL file, or an HF dataset id."""
-
-    source: Literal["toy-arith", "toy-code", "jsonl", "hf"] = "toy-arith"
-    path: str | None = None  # JSONL file or HF dataset id
-    split: str = "train"
-    prompt_field: str = "prompt"
-    answer_field: str = "answer"
-    toy_level: int = 1  # toy-arith: 1 one step, 2 two or three chained steps
-    toy_max_number: int = 30  # toy-arith operands in 1..toy_max_number
-    toy_count: int = 20000  # toy examples drawn (combinations repeat with varied wordings)
-    toy_seed: int = 0
-    limit: int = 0  # 0: all examples
-
-
-@dataclass
 class TrainConfig:
     """Optimisation, checkpointing and logging."""
 
-    steps: int = 1000
+    steps: int = 1000  # used when epochs is 0
+    epochs: float = 0.0  # > 0: steps = ceil(epochs * prepared samples / (batch_size * grad_accum))
+    init_from: str | None = None  # checkpoint (or run folder) whose weights start a fresh run at step 0
     batch_size: int = 32
     grad_accum: int = 1
     lr: float = 3e-4
@@ -306,13 +294,12 @@ class Config:
              "cannot be used with train.feature_cache (sharded frozen models run on every rank at once; "
              "the cache skips them on some ranks only)"),
             ("train.peak_tflops", self.train.peak_tflops >= 0, "must be >= 0 (0: no MFU)"),
-            ("data.limit", self.data.limit >= 0, "must be >= 0 (0: all examples)"),
-            ("data.toy_count", self.data.toy_count >= 1, "must be >= 1"),
-            ("data.toy_max_number", self.data.toy_max_number >= 2, "must be >= 2"),
-            ("data.path", self.data.source not in ("jsonl", "hf") or bool(self.data.path),
-             f"is required for data.source {self.data.source!r}"),
             ("loss.repa_weight", self.loss.repa_weight >= 0, "must be >= 0"),
             ("loss.reg_weight", self.loss.reg_weight >= 0, "must be >= 0"),
+            ("train.epochs", self.train.epochs >= 0, "must be >= 0 (0: train.steps decides)"),
+            ("train.init_from", self.train.init_from is None or bool(self.train.init_from.strip()),
+             "must not be empty"),
+            *self.data.checks(),
         ]
         if self.needs_teacher:
             checks.append(("text.teacher", bool(self.text.teacher),

@@ -100,6 +100,13 @@ def build_dataclass(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
 
 def _check_value(key: str, value: Any, hint: Any) -> Any:
     origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        return build_dataclass(hint, value, f"{key}.")
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"config error: {key}: expected a mapping, got {value!r}")
+        keys, values = typing.get_args(hint)
+        return {_check_value(f"{key}", k, keys): _check_value(f"{key}.{k}", v, values) for k, v in value.items()}
     if origin is Literal:
         allowed = typing.get_args(hint)
         if value not in allowed:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +44,11 @@ def gsm8k_file(path: Path, n: int) -> Path:
     return path
 
 
+def problem_number(prompt: str) -> int:
+    """``i`` of the problem ``q<i>`` a prompt asks, whatever the template around it."""
+    return int(re.search(r"\bq(\d+)\b", prompt).group(1))
+
+
 class FakeGenerator:
     """Deterministic texts: the answer of prompt ``q<i>`` with seed ``s`` is right when
     ``(i + s) % 3 != 0``. Records every call as ``(prompts, seed, samples)``; ``on_call(k)`` runs
@@ -54,7 +60,7 @@ class FakeGenerator:
 
     @staticmethod
     def text(prompt: str, seed: int) -> str:
-        i = int(prompt.split("Question: q")[1].split("\n")[0])
+        i = problem_number(prompt)
         return f"so #### {i + 1}" if (i + seed) % 3 else "so #### -1"
 
     def __call__(self, checkpoint: Path, prompts: list[str], sample: SampleConfig, samples: int, seed: int,

@@ -4,8 +4,10 @@ Contract of :func:`evaluate_checkpoint`:
 
 * the checkpoint is found (:func:`require_checkpoint`) and the sampler settings resolved (the
   checkpoint's ``sample`` section with ``sample_overrides`` applied) before the task's data is
-  loaded; the output folder is checked, locked and given its identity
-  (:func:`elfreg.eval.outdir.claimed`) before any model is loaded;
+  loaded; prompts use the template the checkpoint was trained with (``data.template``, see
+  :meth:`~elfreg.eval.tasks.base.Task.use_trained_template`) unless one was given; the output
+  folder is checked, locked and given its identity (:func:`elfreg.eval.outdir.claimed`) before
+  any model is loaded;
 * sample ``j`` of every prompt is generated with seed ``seed + j``, in chunks of whole prompts
   (``lcm(batch_size, samples)`` jobs, so every chunk is made of whole batches and the batches
   are those of a single call); :func:`_generate` is the eval room's only call into the sampling
@@ -104,8 +106,10 @@ def evaluate_checkpoint(
         FolderInUse: another process holds ``out_dir``.
     """
     ckpt = require_checkpoint(checkpoint)
-    sample = open_checkpoint(ckpt).config.sample.replace(**dict(sample_overrides or {}))
+    trained = open_checkpoint(ckpt).config
+    sample = trained.sample.replace(**dict(sample_overrides or {}))
     task_obj = task if isinstance(task, Task) else get_task(task, **dict(task_options or {}))
+    task_obj.use_trained_template(trained.data.template)
     identity = {"kind": "checkpoint", **task_obj.identity(), "checkpoint": str(ckpt),
                 "sample": dataclasses.asdict(sample), "samples": samples, "seed": seed, "limit": limit,
                 "precision": precision}

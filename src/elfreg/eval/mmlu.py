@@ -19,9 +19,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ..text.templates import LETTERS
+
 __all__ = ["extract_choice", "LETTERS", "normalize_mmlu_row"]
 
-LETTERS = "ABCD"
 _L = "[A-D]"
 _PHRASE = re.compile(
     r"(?i:answer\s*(?:is|:))\s*[:\s]*(?:\*\*)?\s*(?:\$)?\s*(?:\\boxed\{|\\text\{|\\textbf\{)?\s*\(?\s*"

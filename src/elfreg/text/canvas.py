@@ -11,8 +11,10 @@ longer answer regions.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
@@ -72,15 +74,6 @@ class CanvasBuilder:
             raise ValueError(f"prompt_cap must be in [1, canvas_len); got {self.prompt_cap}, {self.canvas_len}")
         self._special = torch.tensor(sorted(set(self.tokenizer.all_special_ids)), dtype=torch.long)
 
-    def _prompt_ids(self, prompt: str) -> list[int]:
-        ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        if len(ids) > self.prompt_cap:
-            self.stats.prompts_truncated += 1
-            ids = ids[-self.prompt_cap:]
-        if not ids:
-            raise ValueError("empty prompt: the canvas needs at least one prompt token")
-        return ids
-
     def build(self, prompts: list[str], answers: list[str] | None = None) -> Canvas:
         """Lay out prompts (and answers, for training) on canvases of ``canvas_len`` tokens.
 
@@ -88,17 +81,25 @@ class CanvasBuilder:
         """
         if answers is not None and len(answers) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(answers)} answers")
+        return self.build_ids(token_ids(self.tokenizer, prompts),
+                              None if answers is None else token_ids(self.tokenizer, answers))
+
+    def build_ids(self, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]] | None = None) -> Canvas:
+        """:meth:`build` for texts already tokenised (``token_ids``; e.g. read from data shards)."""
+        if answers is not None and len(answers) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(answers)} answers")
         eos = self.tokenizer.eos_token_id
         rows, lens = [], []
         for i, prompt in enumerate(prompts):
-            ids = self._prompt_ids(prompt)
-            room = self.canvas_len - len(ids)
-            ans = [] if answers is None else self.tokenizer(answers[i], add_special_tokens=False)["input_ids"]
-            if len(ans) >= room:
-                self.stats.answers_truncated += 1
-                ans = ans[:room]
-            rows.append(ids + ans + [eos] * (room - len(ans)))
-            lens.append(len(ids))
+            ans = [] if answers is None else answers[i]
+            p_keep, a_keep, _ = (int(v) for v in fit_lengths(len(prompt), len(ans), self.canvas_len, self.prompt_cap))
+            if p_keep == 0:
+                raise ValueError("empty prompt: the canvas needs at least one prompt token")
+            self.stats.prompts_truncated += int(p_keep < len(prompt))
+            self.stats.answers_truncated += int(a_keep >= self.canvas_len - p_keep)
+            ids = list(prompt[len(prompt) - p_keep:]) + list(ans[:a_keep])
+            rows.append(ids + [eos] * (self.canvas_len - len(ids)))
+            lens.append(p_keep)
             self.stats.examples += 1
         tokens = torch.tensor(rows, dtype=torch.long)
         prompt_lens = torch.tensor(lens, dtype=torch.long)
@@ -107,3 +108,19 @@ class CanvasBuilder:
         special_mask = torch.isin(tokens, self._special)
         content_mask = ~prompt_mask & ~special_mask
         return Canvas(tokens, prompt_mask, content_mask, special_mask, prompt_lens)
+
+
+def token_ids(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str]) -> list[list[int]]:
+    """The token ids of each text, without special tokens (one batched call, which gives each
+    text the ids it gets alone): how the canvas and the data shards tokenise."""
+    return tokenizer(list(texts), add_special_tokens=False)["input_ids"] if len(texts) else []
+
+
+def fit_lengths(prompt_len, answer_len, canvas_len: int, prompt_cap: int):
+    """The overflow policy as lengths: (prompt tokens kept, answer tokens kept, whether the EOS
+    after the answer is on the canvas). Works on ints and on numpy arrays of lengths alike, so
+    the canvas and the token accounting of prepared data (:mod:`elfreg.data.prepare`) share it."""
+    kept_prompt = np.minimum(prompt_len, prompt_cap)
+    room = canvas_len - kept_prompt
+    kept_answer = np.minimum(answer_len, room)
+    return kept_prompt, kept_answer, answer_len < room

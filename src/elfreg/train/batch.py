@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from functools import lru_cache
 
 import torch
 
 from ..data.examples import Example
+from ..data.shards import ShardedExamples
 from ..flow.noising import RowDraws
 from ..flow.objective import TrainBatch
 from ..text.canvas import Canvas
@@ -24,14 +26,23 @@ from ..text.frozen import TeacherTargets
 from ..text.load import FrozenText
 from .feature_cache import FeatureCache
 
+TrainingData = list[Example] | ShardedExamples
+"""Examples in memory (texts) or prepared shards (token ids); both are indexed by example."""
+
+
+@lru_cache(maxsize=2)
+def _epoch_order(n_examples: int, seed: int, epoch: int) -> torch.Tensor:
+    return torch.randperm(n_examples, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+
 
 def example_indices(n_examples: int, seed: int, start: int, count: int) -> list[int]:
-    """Positions [start, start+count) of an endless stream of per-epoch random permutations."""
+    """Positions [start, start+count) of an endless stream of per-epoch random permutations
+    (the permutation of the current epoch is computed once, not per micro-batch)."""
     out = []
     while len(out) < count:
         pos = start + len(out)
         epoch, offset = divmod(pos, n_examples)
-        perm = torch.randperm(n_examples, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+        perm = _epoch_order(n_examples, seed, epoch)
         take = min(count - len(out), n_examples - offset)
         out.extend(perm[offset:offset + take].tolist())
     return out
@@ -61,9 +72,13 @@ def row_draws(seed: int, micro: int, positions: Sequence[int], device: torch.dev
     return RowDraws([torch.Generator(device=device).manual_seed(row_seed(seed, micro, p)) for p in positions])
 
 
-def build_canvas(frozen: FrozenText, examples: list[Example], indices: list[int], device: torch.device) -> Canvas:
-    """The canvas (spec §2) of ``examples[i]`` for ``i`` in ``indices``, on ``device``."""
+def build_canvas(frozen: FrozenText, examples: TrainingData, indices: list[int], device: torch.device) -> Canvas:
+    """The canvas (spec §2) of ``examples[i]`` for ``i`` in ``indices``, on ``device``: texts
+    are tokenised here, prepared shards (:class:`~elfreg.data.shards.ShardedExamples`) come
+    as token ids."""
     chosen = [examples[i] for i in indices]
+    if isinstance(examples, ShardedExamples):
+        return frozen.canvas.build_ids([e.prompt for e in chosen], [e.answer for e in chosen]).to(device)
     return frozen.canvas.build([e.prompt for e in chosen], [e.answer for e in chosen]).to(device)
 
 
@@ -74,7 +89,7 @@ def frozen_features(frozen: FrozenText, canvas: Canvas, with_teacher: bool
     return x, frozen.teacher.targets(canvas) if with_teacher else None
 
 
-def make_batch(frozen: FrozenText, examples: list[Example], indices: list[int], with_teacher: bool,
+def make_batch(frozen: FrozenText, examples: TrainingData, indices: list[int], with_teacher: bool,
                device: torch.device, cache: FeatureCache | None = None) -> TrainBatch:
     """The training batch of ``examples[i]`` for ``i`` in ``indices``: canvas and frozen features.
 

@@ -10,22 +10,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
 from ..checkpoint import CheckpointError, clean_temporaries, has_checkpoints, open_checkpoint, resolve_checkpoint
 from ..config import Config
-from ..data.examples import Example, load_examples
+from ..data.examples import load_examples
 from ..device import resolve_device, use_bf16
 from ..jsonl import drop_cut_last_line, read_jsonl
 from ..model.presets import student_from_config
 from ..model.student import Student
 from ..text.load import FrozenText, load_frozen_text
-from .batch import build_canvas, example_indices
+from .batch import TrainingData, build_canvas, example_indices
 from .ema import EMA
 from .feature_cache import FeatureCache
 from .optim import make_optimizer
@@ -43,7 +45,7 @@ class Run:
     device: torch.device
     bf16: bool
     frozen: FrozenText
-    examples: list[Example]
+    examples: TrainingData
     student: Student
     optimizer: torch.optim.Optimizer
     ema: EMA
@@ -64,15 +66,38 @@ class Run:
         return self.cfg.needs_teacher
 
 
-def build_run(cfg: Config, examples: list[Example] | None = None) -> Run:
+def training_data(cfg: Config) -> TrainingData:
+    """What ``cfg.data`` trains on: the shards of ``data.prepared`` (checked against the
+    recipe) or, without it, the examples loaded into memory."""
+    if cfg.data.prepared:
+        from ..data.prepare import open_prepared
+
+        return open_prepared(cfg)
+    return load_examples(cfg.data)
+
+
+def steps_for_epochs(epochs: float, samples: int, global_batch: int) -> int:
+    """Optimiser steps of ``epochs`` passes over ``samples`` at ``global_batch`` samples a step."""
+    return max(1, math.ceil(epochs * samples / global_batch))
+
+
+def build_run(cfg: Config, examples: TrainingData | None = None) -> Run:
     """A run at step 0: nothing read from or written to ``train.out_dir``.
 
     The global RNG is seeded with ``train.seed`` before the student is built, so its initial
     weights depend on the config alone (the same on every rank); the objective's draws are a
     function of (seed, micro-batch, position) (:func:`~elfreg.train.batch.row_draws`).
-    ``examples`` defaults to what ``cfg.data`` loads. Under ``ddp``/``fsdp2`` the process group
-    is started first and the device is this rank's.
+    ``examples`` defaults to :func:`training_data`. With ``train.epochs`` > 0 the run's config
+    gets ``train.steps`` from :func:`steps_for_epochs` (global batch: ``batch_size·grad_accum``).
+    Under ``ddp``/``fsdp2`` the process group is started first and the device is this rank's.
     """
+    # the data first: a missing or malformed file fails before any model is loaded
+    examples = examples if examples is not None else training_data(cfg)
+    if not len(examples):
+        raise ValueError("no training examples")
+    if cfg.train.epochs > 0:
+        steps = steps_for_epochs(cfg.train.epochs, len(examples), cfg.train.batch_size * cfg.train.grad_accum)
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=steps))
     tc = cfg.train
     info = init_distributed(tc.parallel, resolve_device(tc.device))
     device = rank_device(resolve_device(tc.device), info)
@@ -80,10 +105,6 @@ def build_run(cfg: Config, examples: list[Example] | None = None) -> Run:
         raise ValueError(f"train.batch_size ({tc.batch_size}) is the global micro-batch and must be divisible "
                          f"by the number of ranks ({info.world})")
     bf16 = use_bf16(device, tc.precision)
-    # the data first: a missing or malformed file fails before any model is loaded
-    examples = examples if examples is not None else load_examples(cfg.data)
-    if not examples:
-        raise ValueError("no training examples")
     torch.manual_seed(tc.seed)
     with_teacher = cfg.needs_teacher
     frozen = load_frozen_text(cfg.text, with_teacher=with_teacher, device=device, bf16=bf16)
@@ -155,7 +176,24 @@ def _check_resumable(cfg: Config, saved: Config) -> None:
                 "use a new train.out_dir (or the same config) to continue")
 
 
-def start_run(cfg: Config, examples: list[Example] | None = None, resume_existing: bool = True
+def init_from(run: Run, checkpoint: str | Path) -> None:
+    """Start ``run`` from the student weights of ``checkpoint`` (a checkpoint or run folder):
+    the EMA starts from them too; optimiser, generator and step stay fresh (step 0). The
+    checkpoint's ``model`` and ``loss`` settings and its frozen models must be this run's
+    (canvas length and prompt cap may differ)."""
+    ckpt = open_checkpoint(checkpoint)
+    mine, saved = run.cfg, ckpt.config
+    canvas = {"canvas_len": 0, "prompt_cap": 0}
+    texts = dataclasses.replace(mine.text, **canvas), dataclasses.replace(saved.text, **canvas)
+    for section, a, b in (("model", mine.model, saved.model), ("loss", mine.loss, saved.loss), ("text", *texts)):
+        if a != b:
+            raise ValueError(f"train.init_from: {ckpt.path} was made with a different '{section}' config")
+    # full state dict: FSDP2 shards it into this rank's parameters; a plain student takes it whole
+    set_model_state_dict(run.student, ckpt.model_state(), options=StateDictOptions(full_state_dict=True))
+    run.ema = EMA(run.student, run.cfg.train.ema_decay)
+
+
+def start_run(cfg: Config, examples: TrainingData | None = None, resume_existing: bool = True
               ) -> tuple[Run, int]:
     """Open ``train.out_dir`` and return its run and the steps already done. Call it holding the
     folder's lock (:func:`elfreg.runs.locked`; :func:`~elfreg.train.loop.train` does).
@@ -163,8 +201,9 @@ def start_run(cfg: Config, examples: list[Example] | None = None, resume_existin
     Leftovers of interrupted saves are removed first. A folder holding any checkpoint continues
     from its newest *intact* one, whatever ``checkpoints/latest`` says, and its ``metrics.jsonl``
     is cut back to that step; with ``resume_existing`` false such a folder is refused with
-    ``FileExistsError`` before anything is built. Otherwise the run starts at step 0 with REG
-    statistics calibrated when a teacher is used. The resolved config is written to
+    ``FileExistsError`` before anything is built. Otherwise the run starts at step 0 (from the
+    weights of ``train.init_from`` when set) with REG statistics calibrated when a teacher is
+    used. The resolved config is written to
     ``config.yaml`` in the folder.
 
     Under ``ddp``/``fsdp2`` rank 0 alone inspects and writes the folder (it holds the lock) and
@@ -186,11 +225,14 @@ def start_run(cfg: Config, examples: list[Example] | None = None, resume_existin
     step = 0
     if found is not None:
         step = resume(run, found)
-    elif run.with_teacher:
-        calibrate_reg(run)
+    else:
+        if cfg.train.init_from:
+            init_from(run, cfg.train.init_from)
+        if run.with_teacher:
+            calibrate_reg(run)
     if info.is_main:
         cut_metrics(run_dir / "metrics.jsonl", step)
-        cfg.save(run_dir / "config.yaml")
+        run.cfg.save(run_dir / "config.yaml")
     return run, step
 
 

