@@ -30,7 +30,7 @@ import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 last = rows[-1]  # averages since the loop started (the first step includes warm-up)
 canvas_tokens = None
-print(f"steps logged: {[r['step'] for r in rows]}")
+print(f"steps logged: {len(rows)} ({rows[0]['step']} to {rows[-1]['step']})")
 print(f"tokens/s {last['tokens_per_s']:.0f} (without padding {last['real_tokens_per_s']:.0f}) over {sys.argv[2]} rank(s)")
 print(f"step time {last['step_seconds']:.3f} s; peak memory {last.get('peak_memory_gb', float('nan')):.2f} GB per GPU")
 print(f"model TFLOP/s per GPU {last['tflops_per_device']:.1f}; MFU {last['mfu']:.1%}")

@@ -74,6 +74,8 @@ def main() -> None:
         overrides["text"].update(encoder_layer=2, repa_layer=2, reg_layer=3, canvas_len=96, prompt_cap=32)
         overrides["model"] = {"width": 64, "depth": 2, "heads": 2, "repa_block": 1, "projector_hidden": 64}
     data = cfg.to_dict()
+    data["data"] = {}  # the synthetic file alone, not the paper's recipe
+    data["train"]["epochs"] = 0  # train.steps (set by the smoke script) is the budget, not the recipe's epochs
     for section, values in overrides.items():
         data[section].update(values)
     Config.from_dict(data).save(out / "config.yaml")
