@@ -26,4 +26,6 @@ class EMA:
         missing = set(self.shadow) ^ set(state)
         if missing:
             raise KeyError(f"EMA state does not match the model: {sorted(missing)[:5]}")
-        self.shadow = {k: v.float().clone() for k, v in state.items()}
+        # onto the device the averages live on (a checkpoint is read onto the CPU; the student
+        # may be on a GPU)
+        self.shadow = {k: v.to(self.shadow[k].device, torch.float32).clone() for k, v in state.items()}
