@@ -161,7 +161,7 @@ def wrap_for_training(student: Student, cfg: Config, device: torch.device) -> nn
 
         ids = [device.index] if device.type == "cuda" else None
         # some weights sit unused in a micro-batch (the decoder head without decode rows)
-        return DistributedDataParallel(call, device_ids=ids, forward_sync_buffers=False, find_unused_parameters=True)
+        return DistributedDataParallel(call, device_ids=ids, broadcast_buffers=False, find_unused_parameters=True)
     if cfg.train.parallel == "fsdp2":
         from torch.distributed.fsdp import fully_shard
 
