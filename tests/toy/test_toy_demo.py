@@ -5,6 +5,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
 from elfreg.cli import main
 from elfreg.config import Config, ConfigError
@@ -85,8 +86,8 @@ def test_demo_quick_end_to_end(tmp_path, monkeypatch):
         a, b = r["per_seed"]
         assert r["mean"] == pytest.approx((a + b) / 2) and r["std"] == pytest.approx(abs(a - b) / math.sqrt(2))
     assert math.isfinite(report["baselines"]["teacher_greedy"]["pass@1"])
-    assert report["precision"]["resolved"] == resolve_precision("cpu")
-    assert (out / "table.txt").read_text().startswith(f"precision: {report['precision']['resolved']} (")
+    assert report["precision"]["resolved"] == resolve_precision("cpu") and report["precision"]["device"] == "cpu"
+    assert (out / "table.txt").read_text().startswith(f"precision: {report['precision']['resolved']} on cpu (")
     curve = model["accuracy_curve"]
     assert [p["step"] for p in curve] == [75, 150]
     assert all(0 <= p["pass@1"] <= 1 for p in curve) and 0 < curve[0]["train_seconds"] < curve[1]["train_seconds"]
@@ -94,3 +95,20 @@ def test_demo_quick_end_to_end(tmp_path, monkeypatch):
     assert max(r["token_match"] for r in rows) > model["untrained"]["token_match"] + 0.03
     # nothing was written outside the output and cache folders
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "demo"]
+
+
+def test_the_precision_line_names_the_students_device_and_precision(monkeypatch):
+    """On a GPU the student trains in bf16 while the toy LMs are built on the CPU in fp32: the
+    report says both, not the CPU rule alone."""
+    from elfreg.toy import demo
+    from elfreg.toy.report import format_table
+
+    monkeypatch.delenv("ELFREG_PRECISION", raising=False)
+    monkeypatch.setattr(demo, "resolve_device", lambda name: torch.device("cuda"))
+    prec = demo.precision_report(Config())
+    assert (prec["resolved"], prec["device"], prec["toy_lms"]) == ("bf16", "cuda", "fp32")
+    report = {"precision": prec, "config": Config().to_dict(), "n_test_problems": 1, "models": {},
+              "baselines": {"most_frequent_answer": {"answer": "1", "pass@1": 0.0},
+                            "teacher_greedy": {"pass@1": 0.0}, "encoder_lm_greedy": {"pass@1": 0.0}}}
+    first = format_table(report).splitlines()[0]
+    assert first.startswith("precision: bf16 on cuda (precision: auto, bf16 on CUDA; toy LMs built on the CPU in fp32")

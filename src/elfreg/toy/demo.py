@@ -31,7 +31,7 @@ import torch
 
 from elfreg.checkpoint import open_checkpoint, resolve_checkpoint
 from elfreg.config import Config, SampleConfig, apply_override
-from elfreg.device import PRECISION_ENV, cpu_has_native_bf16, resolve_precision
+from elfreg.device import PRECISION_ENV, cpu_has_native_bf16, resolve_device, resolve_precision
 from elfreg.eval.passk import summarize
 from elfreg.jsonl import append_jsonl, read_jsonl
 from elfreg.model.presets import student_from_config
@@ -159,10 +159,13 @@ def train_variant(cfg: Config, problems: list[dict]) -> list[dict]:
     return read_jsonl(curve_path, missing_ok=True)
 
 
-def precision_report() -> dict:
-    """The precision the demo runs in (every part follows ``precision: auto``) and why."""
+def precision_report(cfg: Config) -> dict:
+    """The device and precision the student trains and samples in, the precision of the toy LMs
+    (always built on the CPU), and why."""
     forced = os.environ.get(PRECISION_ENV, "")
-    return {"resolved": resolve_precision("cpu"), "forced_by": f"{PRECISION_ENV}={forced}" if forced else None,
+    device = resolve_device(cfg.train.device)
+    return {"resolved": resolve_precision(device, cfg.train.precision), "device": device.type,
+            "toy_lms": resolve_precision("cpu"), "forced_by": f"{PRECISION_ENV}={forced}" if forced else None,
             "cpu_native_bf16": cpu_has_native_bf16()}
 
 
@@ -187,7 +190,7 @@ def run_demo(cfg: Config, out_dir: str | Path, compare: bool = False, progress: 
 def _run_demo(cfg: Config, out_dir: Path, compare: bool, progress: bool) -> dict:
     t0 = time.perf_counter()
     problems = heldout_problems(cfg)
-    report: dict = {"config": cfg.to_dict(), "compare": compare, "precision": precision_report(),
+    report: dict = {"config": cfg.to_dict(), "compare": compare, "precision": precision_report(cfg),
                     "toy_assets": str(Path(resolve_model_id(cfg.text.encoder)).parent),
                     "n_test_problems": len(problems), "baselines": baselines(cfg, problems), "models": {}}
     report["asset_report"] = json.loads((Path(report["toy_assets"]) / "report.json").read_text())

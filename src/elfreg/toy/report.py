@@ -13,8 +13,11 @@ def format_table(report: dict) -> str:
     b = report["baselines"]
     level = LEVEL_NAMES[report["config"]["data"]["toy_level"]]
     prec = report["precision"]
-    why = f"forced by {prec['forced_by']}" if prec["forced_by"] else "precision: auto, fp32 on every CPU"
-    lines = [f"precision: {prec['resolved']} ({why}; this CPU has native bf16: "
+    device = prec.get("device", "cpu")
+    rule = "fp32 on every CPU" if device == "cpu" else "bf16 on CUDA"
+    why = f"forced by {prec['forced_by']}" if prec["forced_by"] else f"precision: auto, {rule}"
+    lms = "" if device == "cpu" else f"; toy LMs built on the CPU in {prec['toy_lms']}"
+    lines = [f"precision: {prec['resolved']} on {device} ({why}{lms}; this CPU has native bf16: "
              f"{'yes' if prec['cpu_native_bf16'] else 'no'}); pass@1 ± sample std over sampling seeds",
              f"held-out {level} problems of the {report['config']['eval']['split']} split "
              f"(unseen number combinations): {report['n_test_problems']}",
