@@ -82,15 +82,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        print(f"elfreg {args.command}: interrupted", file=sys.stderr)
+        _one_line(f"elfreg {args.command}: interrupted")
         return 130
     except Exception as err:  # noqa: BLE001 - the one place failures become one line
         if debug:
             raise
         text, status = describe(err)
         line = text if text.startswith("config error:") else f"elfreg {args.command}: error: {text}"
-        print(rank_prefix() + line, file=sys.stderr)
+        _one_line(line)
         return status
+
+
+def _one_line(line: str) -> None:
+    """``line`` on stderr, after the rank prefix, in one write: the ranks of a torchrun job share
+    stderr, and print() may issue a text and its newline as two writes that another rank's line
+    lands between."""
+    sys.stderr.write(rank_prefix() + line + "\n")
+    sys.stderr.flush()
 
 
 def rank_prefix() -> str:

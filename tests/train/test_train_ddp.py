@@ -192,7 +192,7 @@ def test_every_rank_fails_with_one_line_naming_it(dist_cfg, tmp_path, override, 
     proc = torchrun(["train", "--config", str(path)] + ([override] if script is None else []), script=script)
     assert proc.returncode != 0
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("rank ")]
-    assert sorted(ln.split(":")[0] for ln in lines) == ["rank 0/2", "rank 1/2"], proc.stderr[-2000:]
+    assert sorted(ln.split(":")[0] for ln in lines) == ["rank 0/2", "rank 1/2"], proc.stderr
     assert all(named in ln for ln in lines), lines
     # no rank printed a traceback (torchrun prints its own summary of the failed ranks)
     assert not [ln for ln in proc.stderr.splitlines() if ln.strip().startswith("File") and "/elfreg/" in ln]
