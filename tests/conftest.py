@@ -70,3 +70,18 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def torchrun(args: list[str], nproc: int = 2, timeout: float = 240, script: Path | None = None,
+             env: dict[str, str] | None = None):
+    """Run ``elfreg ARGS`` (or ``python SCRIPT ARGS``) under torchrun with ``nproc`` CPU ranks
+    (gloo, one thread each); returns the finished process (stdout and stderr as text)."""
+    import os
+    import subprocess
+    import sys
+
+    elfreg = str(Path(sys.executable).parent / "elfreg")
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    launch += [str(script)] if script is not None else ["--no-python", elfreg]
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run(launch + args, capture_output=True, text=True, timeout=timeout, env=full_env)

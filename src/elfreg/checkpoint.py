@@ -11,6 +11,12 @@ Layout of a run folder::
         config.yaml
     checkpoints/latest     name of the newest complete checkpoint
 
+A ``ddp``/``fsdp2`` run writes the *sharded* form instead: ``step-N/state/`` is a
+``torch.distributed.checkpoint`` folder (every rank writes its shards of the student, EMA and
+optimiser, and the REG statistics; ``.metadata`` last) beside ``meta.json`` and ``config.yaml``.
+It is written and published the same way (temporary folder, rename, ``latest``), and it is read
+at any number of ranks, one included: :meth:`Checkpoint.model_state` consolidates it.
+
 A checkpoint is written into a hidden temporary folder and renamed into place only when complete,
 and ``latest`` is replaced atomically after that, so a crash during a save leaves the previous
 checkpoint loadable. A save that fails (disk full, permissions) removes its temporary folder and
@@ -35,12 +41,14 @@ import tempfile
 import time
 import warnings
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
+from torch.distributed.checkpoint import FileSystemReader
 
 from .config import Config
 from .model.presets import student_from_config
@@ -48,6 +56,8 @@ from .model.student import Student
 
 KEEP_LAST = 3
 FILES = ("model.safetensors", "ema.safetensors", "train_state.pt", "meta.json", "config.yaml")
+SHARDED = "state"  # the torch.distributed.checkpoint folder of the sharded form
+SHARDED_FILES = (f"{SHARDED}/.metadata", "meta.json", "config.yaml")
 _STEP_DIR = re.compile(r"step-(\d+)")
 
 
@@ -102,30 +112,74 @@ def _write_failure(err: BaseException, final: Path, root: Path) -> CheckpointWri
 def save_checkpoint(run_dir: Path, step: int, cfg: Config, model: torch.nn.Module,
                     ema_state: dict[str, torch.Tensor], train_state: dict[str, Any],
                     meta: dict[str, Any]) -> Path:
-    root = Path(run_dir) / "checkpoints"
-    name = f"step-{step:07d}"
-    final = root / name
-    tmp = None
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".tmp-{name}-"))
+    """The one-process form: safetensors of the weights and EMA, ``train_state.pt``."""
+    def write(tmp: Path) -> None:
         save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()},
                   tmp / "model.safetensors")
         save_file({k: v.contiguous().cpu() for k, v in ema_state.items()}, tmp / "ema.safetensors")
         torch.save(train_state, tmp / "train_state.pt")
-        (tmp / "meta.json").write_text(json.dumps({**meta, "step": step}, indent=2))
-        cfg.save(tmp / "config.yaml")
-        for f in tmp.iterdir():
-            with open(f, "rb+") as fh:
-                os.fsync(fh.fileno())
-    except Exception as err:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        raise _write_failure(err, final, root) from err
+
+    return write_checkpoint(run_dir, step, cfg, meta, write)
+
+
+class _OneProcess:
+    is_main, world = True, 1
+
+    @staticmethod
+    def broadcast(obj: Any) -> Any:
+        return obj
+
+    @staticmethod
+    def sum(values: torch.Tensor) -> torch.Tensor:
+        return values
+
+
+def write_checkpoint(run_dir: Path, step: int, cfg: Config, meta: dict[str, Any],
+                     write: Callable[[Path], None], ranks: Any = None) -> Path:
+    """Write checkpoint ``step``: ``write(tmp)`` fills a hidden temporary folder (on every rank,
+    collectively, when ``ranks`` is a process group's :class:`~elfreg.train.parallel.DistInfo`),
+    then ``meta.json`` and ``config.yaml``, every file fsynced; rank 0 then renames the folder
+    into place and replaces ``latest``. A failure on any rank removes the temporary folder and
+    raises :class:`CheckpointWriteError` on every rank; the previous checkpoint is untouched, and
+    a rank killed mid-write leaves only a temporary folder (removed when the run resumes)."""
+    ranks = ranks or _OneProcess()
+    root = Path(run_dir) / "checkpoints"
+    name = f"step-{step:07d}"
+    final = root / name
+    tmp = None
+    err: BaseException | None = None
+    try:
+        if ranks.is_main:
+            root.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".tmp-{name}-"))
+        tmp = ranks.broadcast(tmp)
+        write(tmp)
+        if ranks.is_main:
+            (tmp / "meta.json").write_text(json.dumps({**meta, "step": step}, indent=2))
+            cfg.save(tmp / "config.yaml")
+            for f in (f for f in tmp.rglob("*") if f.is_file()):
+                with open(f, "rb+") as fh:
+                    os.fsync(fh.fileno())
+    except Exception as e:
+        err = e
     except BaseException:
-        if tmp is not None:
+        if tmp is not None and ranks.is_main:
             shutil.rmtree(tmp, ignore_errors=True)
         raise
+    failed = int(ranks.sum(torch.tensor([float(err is not None)])).item()) if ranks.world > 1 else int(err is not None)
+    if failed:
+        if tmp is not None and ranks.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if err is None:
+            raise CheckpointWriteError(errno.EIO, f"could not write checkpoint {final}: another rank failed")
+        raise _write_failure(err, final, root) from err
+    if ranks.is_main:
+        _publish(tmp, final, root, name)
+    return final
+
+
+def _publish(tmp: Path, final: Path, root: Path, name: str) -> None:
+    """Rename a complete temporary folder into place, then replace ``latest`` and prune."""
     if final.exists():
         problem = checkpoint_problem(final)
         if problem is None:
@@ -139,7 +193,6 @@ def save_checkpoint(run_dir: Path, step: int, cfg: Config, model: torch.nn.Modul
     _write_text_atomic(root / "latest", name)
     for old in step_folders(root)[:-KEEP_LAST]:
         shutil.rmtree(old, ignore_errors=True)
-    return final
 
 
 def step_folders(root: Path) -> list[Path]:
@@ -165,17 +218,46 @@ def _safetensors_problem(path: Path) -> str | None:
     return None
 
 
+def is_sharded(ckpt: Path) -> bool:
+    """Whether ``ckpt`` is in the sharded form (a ``state/`` folder) rather than the one-process one."""
+    return (ckpt / SHARDED).is_dir()
+
+
+def _sharded_problem(folder: Path) -> str | None:
+    """``.metadata`` readable and every shard file it names present and long enough."""
+    try:
+        meta = FileSystemReader(str(folder)).read_metadata()
+        need: dict[str, int] = {}
+        for info in meta.storage_data.values():
+            need[info.relative_path] = max(need.get(info.relative_path, 0), info.offset + info.length)
+    except Exception as err:  # noqa: BLE001 - pickle and DCP raise many kinds
+        return f"{SHARDED}/.metadata: unreadable ({type(err).__name__})"
+    for rel, size in sorted(need.items()):
+        path = folder / rel
+        if not path.is_file():
+            return f"{SHARDED}/{rel}: missing"
+        if path.stat().st_size < size:
+            return f"{SHARDED}/{rel}: truncated ({path.stat().st_size} of {size} bytes)"
+    return None
+
+
 def checkpoint_problem(ckpt: Path) -> str | None:
-    """Why ``ckpt`` is not an intact checkpoint, or None when it is."""
-    missing = [f for f in FILES if not (ckpt / f).is_file()]
+    """Why ``ckpt`` is not an intact checkpoint (either form), or None when it is."""
+    sharded = is_sharded(ckpt)
+    missing = [f for f in (SHARDED_FILES if sharded else FILES) if not (ckpt / f).is_file()]
     if missing:
         return f"missing {', '.join(missing)}"
-    for name in ("model.safetensors", "ema.safetensors"):
-        problem = _safetensors_problem(ckpt / name)
+    if sharded:
+        problem = _sharded_problem(ckpt / SHARDED)
         if problem:
             return problem
-    if not zipfile.is_zipfile(ckpt / "train_state.pt"):
-        return "train_state.pt: not a complete archive"
+    else:
+        for name in ("model.safetensors", "ema.safetensors"):
+            problem = _safetensors_problem(ckpt / name)
+            if problem:
+                return problem
+        if not zipfile.is_zipfile(ckpt / "train_state.pt"):
+            return "train_state.pt: not a complete archive"
     try:
         step = json.loads((ckpt / "meta.json").read_text())["step"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -207,7 +289,7 @@ def resolve_checkpoint(path: str | Path) -> Path | None:
     (``None`` when it has none). Warns (:class:`CheckpointWarning`) when newer step folders are
     broken or ``latest`` names another one."""
     path = Path(path)
-    if (path / "model.safetensors").exists():
+    if (path / "model.safetensors").exists() or (path / SHARDED_FILES[0]).exists():
         return path
     root = path / "checkpoints" if (path / "checkpoints").is_dir() else path
     broken = []
@@ -228,13 +310,39 @@ def resolve_checkpoint(path: str | Path) -> Path | None:
     return found
 
 
+def read_sharded(folder: Path, part: str) -> dict[str, torch.Tensor]:
+    """The full (consolidated) tensors of ``part`` (``model``, ``ema``, ``extra``) of a sharded
+    checkpoint's ``state/`` folder, read by this process alone whatever the ranks that wrote it."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    try:
+        meta = FileSystemReader(str(folder)).read_metadata()
+        prefix = f"{part}."
+        want = {k: torch.empty(v.size, dtype=v.properties.dtype) for k, v in meta.state_dict_metadata.items()
+                if k.startswith(prefix) and isinstance(v, TensorStorageMetadata)}
+        with warnings.catch_warnings():  # DCP says it assumes one process: that is the point
+            warnings.simplefilter("ignore", UserWarning)
+            dcp.load(want, checkpoint_id=str(folder), no_dist=True)
+    except Exception as err:  # noqa: BLE001 - DCP raises its own error types
+        raise CheckpointError(f"cannot read {folder}: {str(err).strip().splitlines()[0]}") from err
+    return {k[len(prefix):]: v for k, v in want.items()}
+
+
 @dataclass
 class Checkpoint:
     path: Path
     config: Config
     meta: dict[str, Any]
 
+    @property
+    def sharded(self) -> bool:
+        """Written by a ``ddp``/``fsdp2`` run (the ``state/`` folder; see the module docstring)."""
+        return is_sharded(self.path)
+
     def _tensors(self, name: str) -> dict[str, torch.Tensor]:
+        if self.sharded:
+            return read_sharded(self.path / SHARDED, name.split(".")[0])
         try:
             return load_file(self.path / name)
         except Exception as err:  # safetensors raises its own error type
@@ -254,6 +362,10 @@ class Checkpoint:
         return self._tensors("ema.safetensors")
 
     def train_state(self) -> dict[str, Any]:
+        """The training state: ``train_state.pt``, or the REG statistics of a sharded checkpoint
+        (its optimiser state is read by :func:`elfreg.train.sharded.restore`)."""
+        if self.sharded:
+            return self._tensors("extra")
         try:
             return torch.load(self.path / "train_state.pt", weights_only=False)
         except Exception as err:

@@ -21,6 +21,8 @@ import warnings
 _COMMAND_MODULES = [
     "elfreg.model.params_cli",
     "elfreg.train.cli",
+    "elfreg.train.export",
+    "elfreg.train.plan",
     "elfreg.sampling.cli",
     "elfreg.eval.cli",
     "elfreg.data.cli",
@@ -80,14 +82,32 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        print(f"elfreg {args.command}: interrupted", file=sys.stderr)
+        _one_line(f"elfreg {args.command}: interrupted")
         return 130
     except Exception as err:  # noqa: BLE001 - the one place failures become one line
         if debug:
             raise
         text, status = describe(err)
-        print(text if text.startswith("config error:") else f"elfreg {args.command}: error: {text}", file=sys.stderr)
+        line = text if text.startswith("config error:") else f"elfreg {args.command}: error: {text}"
+        _one_line(line)
         return status
+
+
+def _one_line(line: str) -> None:
+    """``line`` on stderr, after the rank prefix, in one write: the ranks of a torchrun job share
+    stderr, and print() may issue a text and its newline as two writes that another rank's line
+    lands between."""
+    sys.stderr.write(rank_prefix() + line + "\n")
+    sys.stderr.flush()
+
+
+def rank_prefix() -> str:
+    """``"rank R/N: "`` in a process that torchrun started with N > 1 (``RANK``/``WORLD_SIZE``),
+    so each rank's one line says which rank failed; empty otherwise."""
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE", "1")
+    if rank is None or world in ("", "1"):
+        return ""
+    return f"rank {rank}/{world}: "
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ class TextConfig:
     reg_layer: int = 24
     repa_shift: int = 0  # 0: teacher position i; 1: teacher position i-1 (ablation)
     tokenizer: str | None = None  # default: the encoder's folder / id
+    shard_frozen: bool = False  # fsdp2: shard the frozen encoder/teacher over ranks too (no replica per rank)
     canvas_len: int = 1024
     prompt_cap: int = 256  # 256 for math, 512 for code
 
@@ -116,6 +117,13 @@ class TrainConfig:
     precision: Literal["auto", "bf16", "fp32"] = "auto"  # auto: bf16 where the hardware has it
     feature_cache: bool = False  # keep frozen features of seen examples in memory (small data sets)
     progress: bool = True
+    # scale-out (docs/scaling.md); batch_size is the global micro-batch, split over the ranks
+    parallel: Literal["none", "ddp", "fsdp2"] = "none"
+    activation_checkpointing: bool = False  # recompute each student block in the backward pass
+    compile: bool = False  # torch.compile each student block
+    optimizer: Literal["adamw", "muon"] = "adamw"  # muon: Muon on block matrices, AdamW on the rest (ELF)
+    muon_momentum: float = 0.95
+    peak_tflops: float = 989.0  # per-device peak for MFU (H100/H200 dense bf16); 0 turns MFU off
 
 
 SAMPLERS = ("early-stop", "full-span", "renoise", "adaptive")
@@ -275,6 +283,17 @@ class Config:
             ("train.ckpt_every", self.train.ckpt_every >= 1, "must be >= 1"),
             ("train.log_every", self.train.log_every >= 1, "must be >= 1"),
             ("train.out_dir", bool(self.train.out_dir.strip()), "must not be empty"),
+            ("train.parallel", self.train.parallel in ("none", "ddp", "fsdp2"), "must be none, ddp or fsdp2"),
+            ("train.optimizer", not (self.train.optimizer == "muon" and self.train.parallel == "fsdp2"),
+             "muon is not supported with train.parallel=fsdp2 (Muon orthogonalises whole matrices, FSDP2 "
+             "holds shards); use ddp or adamw"),
+            ("train.optimizer", self.train.optimizer in ("adamw", "muon"), "must be adamw or muon"),
+            ("text.shard_frozen", not self.text.shard_frozen or self.train.parallel == "fsdp2",
+             "needs train.parallel=fsdp2"),
+            ("text.shard_frozen", not (self.text.shard_frozen and self.train.feature_cache),
+             "cannot be used with train.feature_cache (sharded frozen models run on every rank at once; "
+             "the cache skips them on some ranks only)"),
+            ("train.peak_tflops", self.train.peak_tflops >= 0, "must be >= 0 (0: no MFU)"),
             ("loss.repa_weight", self.loss.repa_weight >= 0, "must be >= 0"),
             ("loss.reg_weight", self.loss.reg_weight >= 0, "must be >= 0"),
             ("train.epochs", self.train.epochs >= 0, "must be >= 0 (0: train.steps decides)"),

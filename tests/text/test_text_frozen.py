@@ -85,6 +85,34 @@ def test_teacher_targets_shift_and_reg_position(tiny_assets, tok):
     assert torch.allclose(t0.targets(c).reg.mean(0), torch.zeros(t0.width), atol=1e-4)
 
 
+def test_the_teacher_skips_the_padding_after_the_longest_content_and_no_target_changes(tiny_assets, tok):
+    """The teacher runs only up to the last content token of the batch; every target it is read
+    at (content positions, the REG position, with either shift) equals a forward of the whole
+    canvas, and the padding positions after it are zeros."""
+    builder = CanvasBuilder(tok, canvas_len=24, prompt_cap=8)
+    c = builder.build(["ab", "abc"], ["cd", "defg"])
+    lm = load_causal_lm(str(tiny_assets["teacher"]))
+    seen = []
+    lm.model.register_forward_pre_hook(lambda _m, args, kwargs: seen.append(kwargs["input_ids"].shape[1]),
+                                       with_kwargs=True)
+    with torch.no_grad():
+        whole = lm(c.tokens, output_hidden_states=True).hidden_states
+    for shift in (0, 1):
+        t = FrozenTeacher(load_causal_lm(str(tiny_assets["teacher"])), 2, 3, shift=shift, bf16=False)
+        t.reader.base.register_forward_pre_hook(lambda _m, args, kwargs: seen.append(kwargs["input_ids"].shape[1]),
+                                                with_kwargs=True)
+        got = t.targets(c)
+        used = int(c.last_content.max()) + 1
+        assert seen[-1] == used < 24
+        want = whole[2] if shift == 0 else torch.cat([whole[2][:, :1], whole[2][:, :-1]], dim=1)
+        at = c.content_mask
+        assert torch.allclose(got.repa[at], want[at], atol=1e-5)
+        rows, last = torch.arange(2), c.last_content
+        assert torch.allclose(got.reg, whole[3][rows, last], atol=1e-5)  # standardised by mean 0, std 1
+        assert torch.allclose(got.reg_repa, whole[2][rows, last], atol=1e-5)
+        assert torch.all(got.repa[:, used + shift:] == 0)
+
+
 def test_vocabulary_mismatch_fails_clearly(tmp_path, tiny_assets):
     from elfreg.config import TextConfig
 

@@ -13,8 +13,8 @@ def test_a_built_run_depends_on_its_config_alone(tiny_cfg, tmp_path):
     cfg = tiny_cfg(train={"out_dir": str(tmp_path / "never")})
     a, b = build_run(cfg, EXAMPLES), build_run(cfg, EXAMPLES)
     assert all(torch.equal(v, b.student.state_dict()[k]) for k, v in a.student.state_dict().items())
-    assert torch.equal(a.generator.get_state(), b.generator.get_state())
-    assert a.cache is None and a.with_teacher and a.run_dir == tmp_path / "never"
+    assert a.cache is None and a.dist.world == 1 and a.model.student is a.student
+    assert a.with_teacher and a.run_dir == tmp_path / "never"
     assert not (tmp_path / "never").exists()  # building reads and writes nothing in the run folder
     other = build_run(tiny_cfg(train={"seed": 1}), EXAMPLES)
     assert not torch.equal(other.student.in_proj.weight, a.student.in_proj.weight)
@@ -50,7 +50,6 @@ def test_resume_restores_the_exact_state(tiny_cfg):
     assert have["param_groups"] == want["param_groups"]
     for k, slots in want["state"].items():
         assert all(torch.equal(have["state"][k][n], v) for n, v in slots.items())
-    assert torch.equal(again.generator.get_state(), first.generator.get_state())
     assert torch.equal(again.frozen.teacher.reg_mean, first.frozen.teacher.reg_mean)
     assert torch.equal(again.frozen.teacher.reg_std, first.frozen.teacher.reg_std)
     # ... so the next step is the same step

@@ -30,7 +30,7 @@ def test_two_train_steps_are_two_steps_of_train(tiny_cfg, tmp_path):
     saved = open_checkpoint(trained.run_dir)
     assert all(torch.equal(run.student.state_dict()[k].cpu(), v) for k, v in saved.model_state().items())
     assert all(torch.equal(run.ema.state_dict()[k], v) for k, v in saved.ema_state().items())
-    assert torch.equal(run.generator.get_state(), saved.train_state()["generator"])
+    assert set(saved.train_state()) == {"optimizer", "reg_mean", "reg_std"}  # no RNG state: draws are of the step
 
 
 def test_a_step_averages_its_micro_batches_in_order(tiny_cfg, monkeypatch):

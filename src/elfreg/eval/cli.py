@@ -6,6 +6,7 @@ Examples::
     elfreg eval --task gsm8k --checkpoint runs/gsm8k --nfes 16 64 128 --out out/   # one folder per NFE
     elfreg eval --task humaneval --predictions samples.jsonl --out out/
     elfreg eval --task humaneval+ --predictions samples.jsonl --workers 8 --limit 20
+    torchrun --nproc_per_node 4 --no-python elfreg eval --task gsm8k --checkpoint runs/gsm8k --out out/
 
 Evaluation settings are the fields of ``EvalConfig`` and sampler settings those of
 ``SampleConfig`` (``elfreg.config``), each a flag of the same name; unset sampler settings come
@@ -96,9 +97,34 @@ def run(args: argparse.Namespace) -> int:
         SampleConfig().replace(**overrides)  # checks the given sampler settings before any work
     except (ConfigError, ValueError) as err:
         return _fail(err)
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 and not args.checkpoint and os.environ.get("RANK", "0") != "0":
+        return 0  # scoring --predictions is not sharded: rank 0 does it alone (in parallel sandboxes)
+    if args.checkpoint and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        # under torchrun: rank 0 evaluates, every rank generates (elfreg.eval.distributed)
+        from . import generation
+        from .distributed import finish, pool, serve, start
+
+        def job(spec: tuple) -> Any:
+            return generation._generate(*spec)
+
+        try:
+            if start() != 0:
+                serve(job)
+                return 0
+            with pool(job) as ranks:
+                return _guarded(args, task_name, ev, overrides, ranks)
+        finally:
+            finish()
+    return _guarded(args, task_name, ev, overrides, None)
+
+
+def _guarded(args: argparse.Namespace, task_name: str, ev: EvalConfig, overrides: dict[str, Any],
+             ranks: Any) -> int:
+    """:func:`_evaluate` with signals turned into a stop at the next safe point, and expected
+    failures into one line."""
     with GracefulInterrupt() as stop:
         try:
-            _evaluate(args, task_name, ev, overrides, lambda: stop.requested)
+            _evaluate(args, task_name, ev, overrides, lambda: stop.requested, ranks)
         except EvalStopped as err:
             print(f"elfreg eval: stopped by {stop.signal_name or 'a signal'}: {err}", file=sys.stderr)
             return 130
@@ -112,14 +138,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _fail(err: object) -> int:
-    """Print an expected failure as one line on stderr; exit status 2."""
+    """Print an expected failure as one line on stderr (naming the rank under torchrun); exit
+    status 2."""
+    from ..cli import rank_prefix
+
     text = " ".join(str(err).split("\n"))
-    print(text if isinstance(err, ConfigError) else f"elfreg eval: error: {text}", file=sys.stderr)
+    print(rank_prefix() + (text if isinstance(err, ConfigError) else f"elfreg eval: error: {text}"), file=sys.stderr)
     return 2
 
 
 def _evaluate(args: argparse.Namespace, task_name: str, ev: EvalConfig, overrides: dict[str, Any],
-              should_stop: Callable[[], bool]) -> None:
+              should_stop: Callable[[], bool], ranks: Any = None) -> None:
     """Every point of the run (one, or each (sampler, NFE) pair of a sweep into its own subfolder)."""
     from .generation import evaluate_checkpoint, require_checkpoint
     from .scoring import evaluate_predictions
@@ -150,7 +179,8 @@ def _evaluate(args: argparse.Namespace, task_name: str, ev: EvalConfig, override
                 report = evaluate_checkpoint(
                     task_name, args.checkpoint, sample_overrides={**overrides, **point}, samples=ev.samples,
                     seed=ev.seed, batch_size=ev.batch_size, device=args.device, precision=args.precision,
-                    out_dir=out, overwrite=overwrite, config={"eval": dataclasses.asdict(ev)}, **common)
+                    out_dir=out, overwrite=overwrite, config={"eval": dataclasses.asdict(ev)}, ranks=ranks,
+                    **common)
             summary = report.summary
             if not summary["complete"]:
                 where = f"a partial summary (complete: false) is in {Path(out) / 'summary.json'}" if out else \

@@ -34,6 +34,7 @@ from elfreg.checkpoint import open_checkpoint, resolve_checkpoint
 from elfreg.config import SampleConfig
 from elfreg.jsonl import append_jsonl, drop_cut_last_line
 
+from .distributed import RankPool
 from .outdir import PREDICTIONS_NAME, EvalError, EvalStopped, claimed
 from .predictions import read_predictions
 from .reporting import EvalReport, progress_bar
@@ -87,13 +88,16 @@ def evaluate_checkpoint(
     overwrite: bool = False,
     task_options: Mapping[str, Any] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    ranks: RankPool | None = None,
     **score_kwargs: Any,
 ) -> EvalReport:
     """Generate ``samples`` outputs per prompt from a checkpoint (resuming ``out_dir``), then score them.
 
     ``sample_overrides`` are ``SampleConfig`` fields (``nfe``, ``sampler``, ``sc_cfg``, …) that
     replace the checkpoint's own. ``overwrite`` replaces the results of another evaluation in
-    ``out_dir``. Remaining keyword arguments go to :func:`score_predictions`.
+    ``out_dir``. ``ranks`` (under torchrun, on rank 0) generates one chunk per rank per round
+    (:mod:`elfreg.eval.distributed`); the records are the same. Remaining keyword arguments go
+    to :func:`score_predictions`.
 
     Raises:
         EvalError: no checkpoint, an unusable or used ``out_dir``, or the generator returned the
@@ -114,16 +118,19 @@ def evaluate_checkpoint(
         path = Path(out_dir) / PREDICTIONS_NAME if out_dir is not None else None
         done = _saved(path, {(p["task_id"], seed + j) for p in problems for j in range(samples)})
 
-        def chunk_outputs(prompts: list[str]) -> list[list[str]]:
-            outputs = _generate(ckpt, prompts, sample, samples, seed, batch_size, device, precision)
-            if len(outputs) != len(prompts) or any(len(o) != samples for o in outputs):
-                raise EvalError(f"generation returned {len(outputs)} lists for {len(prompts)} prompts "
-                                f"(expected {samples} outputs each)")
-            return outputs
+        def chunk_outputs(chunks: list[list[str]]) -> list[list[list[str]]]:
+            jobs = [(ckpt, prompts, sample, samples, seed, batch_size, device, precision) for prompts in chunks]
+            results = ranks.map(jobs) if ranks is not None else [_generate(*job) for job in jobs]
+            for prompts, outputs in zip(chunks, results, strict=True):
+                if len(outputs) != len(prompts) or any(len(o) != samples for o in outputs):
+                    raise EvalError(f"generation returned {len(outputs)} lists for {len(prompts)} prompts "
+                                    f"(expected {samples} outputs each)")
+            return results
 
         _generate_missing(task_obj, problems, chunk_outputs, done, samples=samples, seed=seed,
                           per_chunk=max(1, math.lcm(batch_size, samples) // samples), path=path,
-                          should_stop=should_stop, progress=score_kwargs.get("progress", False))
+                          should_stop=should_stop, progress=score_kwargs.get("progress", False),
+                          width=ranks.width if ranks is not None else 1)
         records = [{"task_id": p["task_id"], "solution": done[(p["task_id"], seed + j)], "seed": seed + j}
                    for p in problems for j in range(samples)]
         config = {"checkpoint": checkpoint, "checkpoint_folder": str(ckpt), "samples": samples, "seed": seed,
@@ -153,32 +160,34 @@ def _saved(path: Path | None, expected: set[Pair]) -> dict[Pair, str]:
     return done
 
 
-def _generate_missing(task: Task, problems: list[dict[str, Any]], outputs_of: Callable[[list[str]], list[list[str]]],
+def _generate_missing(task: Task, problems: list[dict[str, Any]],
+                      outputs_of: Callable[[list[list[str]]], list[list[list[str]]]],
                       done: dict[Pair, str], *, samples: int, seed: int, per_chunk: int, path: Path | None,
-                      should_stop: Callable[[], bool] | None, progress: bool) -> None:
-    """Fill ``done`` with every (task_id, seed) pair of ``problems``, chunk by chunk, appending
-    each new record to ``path`` as soon as its chunk is done."""
+                      should_stop: Callable[[], bool] | None, progress: bool, width: int = 1) -> None:
+    """Fill ``done`` with every (task_id, seed) pair of ``problems``, chunk by chunk (``width``
+    chunks a round, one per rank), appending each new record to ``path`` as soon as its round
+    is done."""
     total = len(problems) * samples
     bar = progress_bar(total, "generate", progress, initial=len(done))
     stop = should_stop or (lambda: False)
+    chunks = [problems[start:start + per_chunk] for start in range(0, len(problems), per_chunk)]
+    pending = [c for c in chunks if any((p["task_id"], seed + j) not in done for p in c for j in range(samples))]
     try:
-        for start in range(0, len(problems), per_chunk):
-            chunk = problems[start:start + per_chunk]
-            missing = [(p["task_id"], seed + j) for p in chunk for j in range(samples)
-                       if (p["task_id"], seed + j) not in done]
-            if not missing:
-                continue
+        for first in range(0, len(pending), width):
             if stop():
                 break
-            outputs = outputs_of([task.prompt(p) for p in chunk])
-            texts = {(p["task_id"], seed + j): str(t) for p, outs in zip(chunk, outputs, strict=True)
-                     for j, t in enumerate(outs)}
-            for pair in missing:
-                done[pair] = texts[pair]
-                if path is not None:
-                    append_jsonl(path, {"task_id": pair[0], "solution": texts[pair], "seed": pair[1]})
-            if bar is not None:
-                bar.update(len(missing))
+            group = pending[first:first + width]
+            for chunk, outputs in zip(group, outputs_of([[task.prompt(p) for p in c] for c in group]), strict=True):
+                missing = [(p["task_id"], seed + j) for p in chunk for j in range(samples)
+                           if (p["task_id"], seed + j) not in done]
+                texts = {(p["task_id"], seed + j): str(t) for p, outs in zip(chunk, outputs, strict=True)
+                         for j, t in enumerate(outs)}
+                for pair in missing:
+                    done[pair] = texts[pair]
+                    if path is not None:
+                        append_jsonl(path, {"task_id": pair[0], "solution": texts[pair], "seed": pair[1]})
+                if bar is not None:
+                    bar.update(len(missing))
     finally:
         if bar is not None:
             bar.close()

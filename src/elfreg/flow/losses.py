@@ -33,7 +33,8 @@ def token_cross_entropy(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Ten
                            reduction="none").reshape(tokens.shape)
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``values`` over ``mask`` (0 when the mask is empty, keeping the graph)."""
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, count: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean of ``values`` over ``mask`` (0 when the mask is empty, keeping the graph); ``count``
+    replaces the mask's size as the divisor (the set's size over a global batch of many ranks)."""
     mask = mask.to(values.dtype)
-    return (values * mask).sum() / mask.sum().clamp(min=1)
+    return (values * mask).sum() / (mask.sum() if count is None else count).clamp(min=1)

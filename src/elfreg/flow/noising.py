@@ -1,10 +1,55 @@
-"""Noising path, the clamped denominator c_t and the training-time distributions (spec §3)."""
+"""Noising path, the clamped denominator c_t and the training-time distributions (spec §3).
+
+Training draws come from a *source*: a ``torch.Generator`` (the whole batch from one stream, in
+batch order) or :class:`RowDraws` (row i from its own generator, so a row's draws do not depend
+on which other rows share its batch; the trainer seeds each row from (seed, micro-batch, global
+position), which makes N ranks draw what one process draws).
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
+
+
+class RowDraws:
+    """Random draws for a batch whose row i comes from ``generators[i]`` alone.
+
+    ``randn(shape)`` / ``rand(shape)`` take the batch shape (rows first) and return what each
+    row's generator draws for ``shape[1:]``, stacked; every row's generator sees the same
+    sequence of calls, so a row's values are a function of its generator's seed only.
+    """
+
+    def __init__(self, generators: Sequence[torch.Generator]):
+        self.generators = list(generators)
+        self.device = self.generators[0].device if self.generators else torch.device("cpu")
+
+    def _draw(self, fn, shape: tuple[int, ...]) -> torch.Tensor:
+        if shape[0] != len(self.generators):
+            raise ValueError(f"{shape[0]} rows asked of draws for {len(self.generators)} rows")
+        return torch.stack([fn(shape[1:], generator=g, device=g.device) for g in self.generators])
+
+    def randn(self, shape: tuple[int, ...]) -> torch.Tensor:
+        return self._draw(torch.randn, tuple(shape))
+
+    def rand(self, shape: tuple[int, ...]) -> torch.Tensor:
+        return self._draw(torch.rand, tuple(shape))
+
+
+def randn(shape: tuple[int, ...], source: torch.Generator | RowDraws) -> torch.Tensor:
+    """Standard normal draws of ``shape`` from ``source`` (on the source's device)."""
+    if isinstance(source, RowDraws):
+        return source.randn(shape)
+    return torch.randn(shape, generator=source, device=source.device)
+
+
+def rand(shape: tuple[int, ...], source: torch.Generator | RowDraws) -> torch.Tensor:
+    """Uniform [0, 1) draws of ``shape`` from ``source`` (on the source's device)."""
+    if isinstance(source, RowDraws):
+        return source.rand(shape)
+    return torch.rand(shape, generator=source, device=source.device)
 
 
 def add_noise(x: torch.Tensor, t: torch.Tensor, sigma: float, eps: torch.Tensor) -> torch.Tensor:
@@ -25,17 +70,16 @@ def velocity(x_hat: torch.Tensor, z: torch.Tensor, t: torch.Tensor, c_min: float
 
 
 def sample_logit_normal(shape: tuple[int, ...], mean: float, std: float,
-                        generator: torch.Generator) -> torch.Tensor:
+                        generator: torch.Generator | RowDraws) -> torch.Tensor:
     """sigmoid(N(mean, std)) samples (training t: mean −1.5, std 0.8; one t per sequence)."""
-    dev = generator.device
-    return torch.sigmoid(mean + std * torch.randn(shape, generator=generator, device=dev))
+    return torch.sigmoid(mean + std * randn(shape, generator))
 
 
-def sample_guidance_scale(n: int, w_min: float, w_max: float, generator: torch.Generator) -> torch.Tensor:
+def sample_guidance_scale(n: int, w_min: float, w_max: float,
+                          generator: torch.Generator | RowDraws) -> torch.Tensor:
     """SC-CFG scales w ∈ [w_min, w_max] with 1+w log-uniform (ELF code convention)."""
     lo, hi = math.log1p(w_min), math.log1p(w_max)
-    u = torch.rand(n, generator=generator, device=generator.device)
-    return torch.expm1(lo + (hi - lo) * u)
+    return torch.expm1(lo + (hi - lo) * rand((n,), generator))
 
 
 def perturb_for_decoding(x: torch.Tensor, lam: torch.Tensor, scale: float, eps: torch.Tensor) -> torch.Tensor:

@@ -23,6 +23,7 @@ Normalisations (they differ on purpose):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -34,8 +35,11 @@ from ..text.canvas import Canvas
 from ..text.frozen import TeacherTargets
 from .losses import masked_mean, repa_cosine, token_cross_entropy, velocity_sq_error
 from .noising import (
+    RowDraws,
     add_noise,
     perturb_for_decoding,
+    rand,
+    randn,
     sample_guidance_scale,
     sample_logit_normal,
     velocity,
@@ -63,22 +67,31 @@ class LossTerms:
         return {k: float(v.detach()) for k, v in self.__dict__.items()}
 
 
-def _randn_like(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    return torch.randn(x.shape, generator=generator, device=generator.device).to(x.device)
+def _randn_like(x: torch.Tensor, source: torch.Generator | RowDraws) -> torch.Tensor:
+    return randn(x.shape, source).to(x.device)
 
 
-def _rand(n: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
-    return torch.rand(n, generator=generator, device=generator.device).to(device)
+def _rand(n: int, source: torch.Generator | RowDraws, device: torch.device) -> torch.Tensor:
+    return rand((n,), source).to(device)
+
+
+CountReduce = Callable[[torch.Tensor], torch.Tensor]
+"""Sums a vector of averaging-set sizes over the ranks that share a global batch (identity on
+one process)."""
 
 
 def decode_cross_entropy(student: Student, hidden: torch.Tensor, tokens: torch.Tensor,
-                         chunk: int = 8192) -> torch.Tensor:
+                         chunk: int = 8192, always: bool = False) -> torch.Tensor:
     """Per-position CE of the decoder head on (N, H) states, in chunks so that N×V logits never
-    sit in memory at once (the Qwen3 vocabulary has 151,936 entries)."""
+    sit in memory at once (the Qwen3 vocabulary has 151,936 entries). ``always`` runs the head
+    even on no states, so its weights get a (zero) gradient on a rank without decode rows when
+    other ranks have some, as the ranks' gradient reductions require."""
     def ce(h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return token_cross_entropy(student.decode_logits(h), y)
 
     parts = []
+    if always and hidden.shape[0] == 0:
+        parts.append(ce(hidden, tokens))
     for start in range(0, hidden.shape[0], chunk):
         h, y = hidden[start:start + chunk], tokens[start:start + chunk]
         parts.append(checkpoint(ce, h, y, use_reentrant=False) if torch.is_grad_enabled() else ce(h, y))
@@ -86,33 +99,48 @@ def decode_cross_entropy(student: Student, hidden: torch.Tensor, tokens: torch.T
 
 
 def elf_term(vel_err: torch.Tensor, decode_ce: torch.Tensor, answer: torch.Tensor,
-             decode: torch.Tensor) -> torch.Tensor:
+             decode: torch.Tensor, count: torch.Tensor | None = None) -> torch.Tensor:
     """L_ELF: velocity error / d on denoise rows plus the decoder CE of decode rows (``decode_ce``
     holds the values at ``answer & decode`` positions, in order), averaged over all supervised
-    answer positions of the batch, EOS padding included."""
+    answer positions of the batch, EOS padding included (``count``: their number over the whole
+    global batch when this is one rank's share of it)."""
     denoise_pos = answer & ~decode[:, None]
-    return ((vel_err * denoise_pos).sum() + decode_ce.sum()) / answer.sum().clamp(min=1)
+    count = answer.sum() if count is None else count
+    return ((vel_err * denoise_pos).sum() + decode_ce.sum()) / count.clamp(min=1)
+
+
+def repa_mask(content_mask: torch.Tensor, with_reg: bool) -> torch.Tensor:
+    """The positions L_REPA averages over: answer content tokens, plus the REG position of every
+    row (last column) with REG."""
+    if not with_reg:
+        return content_mask
+    return torch.cat([content_mask, torch.ones_like(content_mask[:, :1])], dim=1)
 
 
 def repa_term(pred: torch.Tensor, teacher: TeacherTargets, content_mask: torch.Tensor,
-              with_reg: bool) -> torch.Tensor:
+              with_reg: bool, count: torch.Tensor | None = None) -> torch.Tensor:
     """L_REPA: 1 − cos averaged over answer content tokens plus, with REG, the REG position of
     every row (the last entry of ``pred``); prompt, padding and special tokens carry no weight."""
-    target, mask = teacher.repa, content_mask
+    target = teacher.repa
     if with_reg:
         target = torch.cat([target, teacher.reg_repa[:, None]], dim=1)
-        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-    return masked_mean(repa_cosine(pred, target), mask)
+    return masked_mean(repa_cosine(pred, target), repa_mask(content_mask, with_reg), count)
 
 
-def reg_term(reg_err: torch.Tensor, decode: torch.Tensor) -> torch.Tensor:
+def reg_term(reg_err: torch.Tensor, decode: torch.Tensor, count: torch.Tensor | None = None) -> torch.Tensor:
     """L_REG: per-row velocity error / d_r averaged over denoise rows only."""
-    return masked_mean(reg_err, ~decode)
+    return masked_mean(reg_err, ~decode, count)
 
 
 def elf_reg_loss(student: Student, batch: TrainBatch, flow: FlowConfig, loss: LossConfig,
-                 generator: torch.Generator) -> LossTerms:
-    """All loss terms for one batch. Randomness comes only from ``generator`` (exact resume)."""
+                 generator: torch.Generator | RowDraws, reduce_counts: CountReduce | None = None) -> LossTerms:
+    """All loss terms for one batch. Randomness comes only from ``generator``: one generator for
+    the batch, or :class:`~elfreg.flow.noising.RowDraws` (one per row; what training uses).
+
+    ``reduce_counts`` makes this batch one rank's share of a global batch: every term is then
+    (this share's sum) / (the size of the term's averaging set over the global batch), so the
+    terms summed over ranks are the global batch's terms, exactly those one process computes.
+    """
     canvas, x = batch.canvas, batch.x.float()
     bsz, dev = x.shape[0], x.device
     prompt = canvas.prompt_mask
@@ -138,13 +166,23 @@ def elf_reg_loss(student: Student, batch: TrainBatch, flow: FlowConfig, loss: Lo
         r_dec = perturb_for_decoding(r, lam[:, 0], flow.decode_noise_scale, _randn_like(r, generator))
         r_in = torch.where(decode[:, None], r_dec, r_in)
 
-    # Auxiliary predictions of Eq. 8 (no gradient, rows with b = 1, at each row's own w).
+    answer = canvas.answer_mask
+    decode_pos = answer & decode[:, None]
+    denoise_pos = answer & ~decode[:, None]
+    # averaging-set sizes over the global batch, before any forward (every rank calls collectives
+    # in the same order); the last one says whether any rank has a row with b = 1
+    n_answer, n_denoise, n_decode, n_repa, n_reg, n_aux = _averaging_counts(
+        [answer, denoise_pos, decode_pos, repa_mask(canvas.content_mask, use_reg), ~decode, b], reduce_counts)
+
+    # Auxiliary predictions of Eq. 8 (no gradient, rows with b = 1, at each row's own w). When
+    # another rank has such rows and this one none, the passes run on no rows: sharded weights
+    # are gathered by every rank together.
     sc = torch.zeros_like(x)
     reg_sc = torch.zeros_like(r) if use_reg else None
     v_sc = v_nosc = torch.zeros_like(x)
     rv_sc = rv_nosc = torch.zeros_like(r) if use_reg else None
     rows = b.nonzero().squeeze(1)
-    if rows.numel():
+    if n_aux > 0:
         with torch.no_grad():
             zr, tr, wr, pr = z[rows], t[rows], w[rows], prompt[rows]
             rr = r_in[rows] if use_reg else None
@@ -160,27 +198,31 @@ def elf_reg_loss(student: Student, batch: TrainBatch, flow: FlowConfig, loss: Lo
 
     out = student(z, sc, t, w, prompt, decode=decode, reg=r_in, reg_self_cond=reg_sc, want_repa=loss.repa)
 
-    answer = canvas.answer_mask
     v_target = sc_cfg_target(x, z, t, b, w, v_sc, v_nosc, flow.c_min)
     per_pos = velocity_sq_error(out.x_hat, z, t, v_target, flow.c_min)
-    decode_pos = answer & decode[:, None]
-    ce = decode_cross_entropy(student, out.hidden[decode_pos], canvas.tokens[decode_pos])
-    elf = elf_term(per_pos, ce, answer, decode)
+    ce = decode_cross_entropy(student, out.hidden[decode_pos], canvas.tokens[decode_pos], always=bool(n_decode > 0))
+    elf = elf_term(per_pos, ce, answer, decode, n_answer)
     zero = x.new_zeros(())
 
     repa = zero
     if loss.repa:
-        repa = repa_term(out.repa, batch.teacher, canvas.content_mask, with_reg=use_reg)
+        repa = repa_term(out.repa, batch.teacher, canvas.content_mask, use_reg, n_repa)
 
     reg = zero
     if use_reg:
         rv_target = sc_cfg_target(r, r_in, t, b, w, rv_sc, rv_nosc, flow.c_min)
-        reg = reg_term(velocity_sq_error(out.reg_hat, r_in, t, rv_target, flow.c_min), decode)
+        reg = reg_term(velocity_sq_error(out.reg_hat, r_in, t, rv_target, flow.c_min), decode, n_reg)
 
     total = elf + loss.repa_weight * repa + loss.reg_weight * reg
     return LossTerms(
         total=total, elf=elf,
-        denoise=masked_mean(per_pos, answer & ~decode[:, None]).detach(),
-        decode=(ce.mean() if ce.numel() else zero).detach(),
+        denoise=masked_mean(per_pos, denoise_pos, n_denoise).detach(),
+        decode=(ce.sum() / n_decode.clamp(min=1)).detach(),
         repa=repa, reg=reg,
     )
+
+
+def _averaging_counts(masks: list[torch.Tensor], reduce_counts: CountReduce | None) -> list[torch.Tensor]:
+    """The size of each averaging set (float), summed over ranks by ``reduce_counts``."""
+    counts = torch.stack([m.sum() for m in masks]).float()
+    return list((reduce_counts(counts) if reduce_counts is not None else counts).unbind())

@@ -52,7 +52,7 @@ class Attention(nn.Module):
         q = apply_rope(self.q_norm(q), cos, sin)
         k = apply_rope(self.k_norm(k), cos, sin)
         out = F.scaled_dot_product_attention(q, k, v.to(q.dtype))
-        return self.proj(out.transpose(1, 2).reshape(b, s, -1))
+        return self.proj(out.transpose(1, 2).reshape(b, s, self.heads * self.head_dim))
 
 
 class SwiGLU(nn.Module):

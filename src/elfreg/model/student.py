@@ -18,6 +18,7 @@ from typing import Literal
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from ..config import ModelConfig, needs_teacher
 from .blocks import Block, RMSNorm, ScalarEmbedder, rope_tables
@@ -75,6 +76,7 @@ class Student(nn.Module):
                                            nn.Linear(p, teacher_dim))
         self.dec_proj = nn.Linear(width, enc_dim)
         self.vocab_head = nn.Linear(enc_dim, vocab_size, bias=False)
+        self.activation_checkpointing = False  # recompute each block in backward (train.activation_checkpointing)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -144,8 +146,9 @@ class Student(nn.Module):
                                torch.arange(length, device=z.device)])
         cos, sin = rope_tables(positions, self.cfg.width // self.cfg.heads, self.cfg.rope_base)
         repa_states = None
+        recompute = self.activation_checkpointing and torch.is_grad_enabled()
         for i, block in enumerate(self.blocks, start=1):
-            h = block(h, cos, sin)
+            h = checkpoint(block, h, cos, sin, use_reentrant=False) if recompute else block(h, cos, sin)
             if want_repa and i == self.cfg.repa_block:
                 repa_states = h
         h = self.out_norm(h)

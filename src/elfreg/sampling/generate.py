@@ -14,7 +14,7 @@ gone still samples.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -158,14 +158,18 @@ _LOADED: dict[Hashable, SamplingModels] = {}
 def load_checkpoint(checkpoint: str | Path, device: str = "auto", precision: str = "auto",
                     use_ema: bool = True) -> SamplingModels:
     """Load a checkpoint for sampling; the most recently loaded one stays in memory, so repeated
-    calls (an evaluation per NFE, say) do not reload it."""
+    calls (an evaluation per NFE, say) do not reload it. A ``tokenizer/`` folder inside the
+    checkpoint (a release written by ``elfreg export``) is the tokenizer used."""
     ckpt = open_checkpoint(checkpoint)
     dev = resolve_device(device)
-    key = (str(ckpt.path.resolve()), (ckpt.path / "model.safetensors").stat().st_mtime_ns, str(dev), precision,
+    key = (str(ckpt.path.resolve()), (ckpt.path / "meta.json").stat().st_mtime_ns, str(dev), precision,
            use_ema)
     if key not in _LOADED:
         student = ckpt.load_student(use_ema=use_ema, device=dev)
-        frozen = load_frozen_text(ckpt.config.text, with_teacher=False, device=dev, bf16=use_bf16(dev, precision))
+        text = ckpt.config.text
+        if (ckpt.path / "tokenizer").is_dir():
+            text = replace(text, tokenizer=str(ckpt.path / "tokenizer"))
+        frozen = load_frozen_text(text, with_teacher=False, device=dev, bf16=use_bf16(dev, precision))
         _LOADED.clear()
         _LOADED[key] = SamplingModels(student, frozen, ckpt.config, ckpt.path, precision)
     return _LOADED[key]

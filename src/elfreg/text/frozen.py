@@ -18,6 +18,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from ..device import autocast
 from .canvas import Canvas
+from .tokenizer import hf_source
 
 
 class ModelUnavailable(RuntimeError):
@@ -32,7 +33,8 @@ def load_causal_lm(name_or_path: str, revision: str | None = None, **kwargs) -> 
     if name_or_path.startswith((".", "/", "~")) and not Path(name_or_path).expanduser().exists():
         raise FileNotFoundError(errno.ENOENT, "no such model folder", name_or_path)
     try:
-        lm = AutoModelForCausalLM.from_pretrained(name_or_path, revision=revision, **kwargs)
+        source, extra = hf_source(name_or_path)
+        lm = AutoModelForCausalLM.from_pretrained(source, revision=revision, **extra, **kwargs)
     except (OSError, ValueError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ModelUnavailable(f"cannot load model {name_or_path!r}: {first}") from err
@@ -71,6 +73,8 @@ class _LayerReader:
         self.width = int(lm.config.hidden_size)
         self.vocab_size = int(lm.config.vocab_size)
         self._out: dict[int, torch.Tensor] = {}
+        self.positions = 0  # rows × length of every read, and rows × length²: what its FLOPs are of
+        self.squares = 0
         for k in layers:
             base.layers[k - 1].register_forward_hook(self._hook(k))
 
@@ -87,6 +91,8 @@ class _LayerReader:
     def read(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None) -> dict[int, torch.Tensor]:
         self._out.clear()
         tokens = tokens.to(self.device)
+        self.positions += tokens.numel()
+        self.squares += tokens.numel() * tokens.shape[-1]
         if attention_mask is not None:
             attention_mask = attention_mask.to(self.device).long()
         with autocast(self.device, self.bf16):
@@ -144,8 +150,14 @@ class FrozenTeacher:
         self.reg_std = torch.ones(self.width)
 
     def _raw(self, canvas: Canvas) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        states = self.reader.read(canvas.tokens)
-        repa_states = states[self.repa_layer]
+        # Targets are read at content positions and the last content token only, and the teacher
+        # is causal, so it runs up to the longest content of the batch: the EOS padding after it
+        # (most of a 1024-token canvas for short answers) would change no target. The padding
+        # positions' REPA targets are zeros (never read: REPA averages over content tokens).
+        length = canvas.tokens.shape[1]
+        used = int(canvas.last_content.max()) + 1
+        states = self.reader.read(canvas.tokens[:, :used])
+        repa_states = torch.nn.functional.pad(states[self.repa_layer], (0, 0, 0, length - used))
         rows = torch.arange(canvas.tokens.shape[0], device=repa_states.device)
         last = canvas.last_content.to(repa_states.device)
         reg = states[self.reg_layer][rows, last]

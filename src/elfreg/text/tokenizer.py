@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+
+def hf_source(name_or_path: str) -> tuple[str, dict[str, str]]:
+    """``from_pretrained``'s first argument and extra keywords for a hub id, a folder, or a
+    ``.gguf`` file (read by transformers' GGUF support, which needs the ``gguf`` and
+    ``accelerate`` packages, the ``realweights`` extra): the file's folder, ``gguf_file`` its name."""
+    if name_or_path.endswith(".gguf"):
+        path = Path(name_or_path).expanduser()
+        return str(path.parent), {"gguf_file": path.name}
+    return name_or_path, {}
 
 
 def load_tokenizer(name_or_path: str, revision: str | None = None) -> PreTrainedTokenizerBase:
@@ -11,7 +23,8 @@ def load_tokenizer(name_or_path: str, revision: str | None = None) -> PreTrained
     The answer region of the canvas is padded with EOS (spec §2), so a tokenizer without an EOS
     token cannot be used.
     """
-    tok = AutoTokenizer.from_pretrained(name_or_path, revision=revision)
+    source, extra = hf_source(name_or_path)
+    tok = AutoTokenizer.from_pretrained(source, revision=revision, **extra)
     if tok.eos_token_id is None:
         raise ValueError(f"tokenizer {name_or_path!r} has no EOS token; elfreg pads answers with EOS")
     if tok.pad_token_id is None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
 from ..checkpoint import CheckpointError, clean_temporaries, has_checkpoints, open_checkpoint, resolve_checkpoint
 from ..config import Config
@@ -30,7 +31,8 @@ from .batch import TrainingData, build_canvas, example_indices
 from .ema import EMA
 from .feature_cache import FeatureCache
 from .optim import make_optimizer
-from .parallel import parallelize
+from .parallel import DistInfo, init_distributed, parallelize, rank_device, wrap_for_training
+from .sharded import restore, shard_frozen
 
 REG_CALIBRATION_EXAMPLES = 256
 
@@ -47,9 +49,11 @@ class Run:
     student: Student
     optimizer: torch.optim.Optimizer
     ema: EMA
-    generator: torch.Generator
-    """The only source of randomness of the objective; saved in every checkpoint."""
     cache: FeatureCache | None
+    model: torch.nn.Module | None = None
+    """What a step's forward runs through (:class:`~elfreg.train.parallel.StudentCall`, wrapped
+    by DDP or FSDP2); its ``student`` is :attr:`student`."""
+    dist: DistInfo = DistInfo()
     last_checkpoint: Path | None = None
     """The newest checkpoint this run's state has been saved to or restored from."""
 
@@ -81,9 +85,11 @@ def build_run(cfg: Config, examples: TrainingData | None = None) -> Run:
     """A run at step 0: nothing read from or written to ``train.out_dir``.
 
     The global RNG is seeded with ``train.seed`` before the student is built, so its initial
-    weights depend on the config alone; the objective's generator is seeded with it too.
+    weights depend on the config alone (the same on every rank); the objective's draws are a
+    function of (seed, micro-batch, position) (:func:`~elfreg.train.batch.row_draws`).
     ``examples`` defaults to :func:`training_data`. With ``train.epochs`` > 0 the run's config
     gets ``train.steps`` from :func:`steps_for_epochs` (global batch: ``batch_size·grad_accum``).
+    Under ``ddp``/``fsdp2`` the process group is started first and the device is this rank's.
     """
     # the data first: a missing or malformed file fails before any model is loaded
     examples = examples if examples is not None else training_data(cfg)
@@ -93,18 +99,24 @@ def build_run(cfg: Config, examples: TrainingData | None = None) -> Run:
         steps = steps_for_epochs(cfg.train.epochs, len(examples), cfg.train.batch_size * cfg.train.grad_accum)
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=steps))
     tc = cfg.train
-    device = resolve_device(tc.device)
+    info = init_distributed(tc.parallel, resolve_device(tc.device))
+    device = rank_device(resolve_device(tc.device), info)
+    if tc.batch_size % info.world:
+        raise ValueError(f"train.batch_size ({tc.batch_size}) is the global micro-batch and must be divisible "
+                         f"by the number of ranks ({info.world})")
     bf16 = use_bf16(device, tc.precision)
     torch.manual_seed(tc.seed)
     with_teacher = cfg.needs_teacher
     frozen = load_frozen_text(cfg.text, with_teacher=with_teacher, device=device, bf16=bf16)
+    if cfg.text.shard_frozen:
+        shard_frozen(frozen)
     teacher_dim = frozen.teacher.width if with_teacher else None
     student = student_from_config(cfg, frozen.encoder.width, frozen.encoder.vocab_size, teacher_dim).to(device)
     student = parallelize(student, cfg)
+    model = wrap_for_training(student, cfg, device)
     return Run(cfg=cfg, device=device, bf16=bf16, frozen=frozen, examples=examples, student=student,
                optimizer=make_optimizer(student, tc), ema=EMA(student, tc.ema_decay),
-               generator=torch.Generator(device=device).manual_seed(tc.seed),
-               cache=FeatureCache() if tc.feature_cache else None)
+               cache=FeatureCache() if tc.feature_cache else None, model=model, dist=info)
 
 
 def calibrate_reg(run: Run) -> None:
@@ -114,13 +126,16 @@ def calibrate_reg(run: Run) -> None:
     n = len(run.examples)
     calib = example_indices(n, tc.seed + 1, 0, min(REG_CALIBRATION_EXAMPLES, n))
     chunks = [calib[i:i + tc.batch_size] for i in range(0, len(calib), tc.batch_size)]
-    run.frozen.teacher.calibrate([build_canvas(run.frozen, run.examples, c, run.device) for c in chunks])
+    teacher = run.frozen.teacher
+    teacher.calibrate([build_canvas(run.frozen, run.examples, c, run.device) for c in chunks])
+    teacher.reg_mean, teacher.reg_std = run.dist.broadcast((teacher.reg_mean, teacher.reg_std))
 
 
 def train_state(run: Run) -> dict[str, Any]:
-    """What a checkpoint holds besides the weights and EMA: optimiser, the objective's generator
-    and (with a teacher) the REG statistics; :func:`resume` restores exactly this."""
-    state = {"optimizer": run.optimizer.state_dict(), "generator": run.generator.get_state()}
+    """What a one-process checkpoint holds besides the weights and EMA: the optimiser and (with a
+    teacher) the REG statistics; :func:`resume` restores exactly this. (The objective's draws
+    need no state: they are a function of the step.)"""
+    state = {"optimizer": run.optimizer.state_dict()}
     if run.with_teacher:
         state.update(reg_mean=run.frozen.teacher.reg_mean, reg_std=run.frozen.teacher.reg_std)
     return state
@@ -129,26 +144,33 @@ def train_state(run: Run) -> dict[str, Any]:
 def resume(run: Run, checkpoint: str | Path) -> int:
     """Restore ``run`` to the state saved in ``checkpoint`` and return the steps it had done.
 
-    Restores student weights, EMA, optimiser, the objective's generator and the REG statistics,
-    so that continuing gives the losses an uninterrupted run would have. A checkpoint made with
-    different ``text``/``model``/``flow``/``loss`` settings is refused (``ValueError``).
+    Restores student weights, EMA, optimiser and the REG statistics, so that continuing gives
+    the losses an uninterrupted run would have. Either checkpoint form (one-process files, or
+    the sharded form of a ``ddp``/``fsdp2`` run) resumes any run, at any number of ranks
+    (:func:`elfreg.train.sharded.restore`). A checkpoint made with different
+    ``text``/``model``/``flow``/``loss`` settings is refused (``ValueError``).
     """
     ckpt = open_checkpoint(checkpoint)
     _check_resumable(run.cfg, ckpt.config)
-    run.student.load_state_dict(ckpt.model_state())
-    run.ema.load_state_dict(ckpt.ema_state())
-    state = ckpt.train_state()
-    run.optimizer.load_state_dict(state["optimizer"])
-    run.generator.set_state(state["generator"])
-    if run.with_teacher:
-        run.frozen.teacher.reg_mean, run.frozen.teacher.reg_std = state["reg_mean"], state["reg_std"]
+    if ckpt.sharded or run.cfg.train.parallel != "none":
+        restore(run, ckpt)
+    else:
+        run.student.load_state_dict(ckpt.model_state())
+        run.ema.load_state_dict(ckpt.ema_state())
+        state = ckpt.train_state()
+        run.optimizer.load_state_dict(state["optimizer"])
+        if run.with_teacher:
+            run.frozen.teacher.reg_mean, run.frozen.teacher.reg_std = state["reg_mean"], state["reg_std"]
     run.last_checkpoint = ckpt.path
     return ckpt.meta["step"]
 
 
 def _check_resumable(cfg: Config, saved: Config) -> None:
     for section in ("text", "model", "flow", "loss"):
-        if getattr(cfg, section) != getattr(saved, section):
+        mine, theirs = getattr(cfg, section), getattr(saved, section)
+        if section == "text":  # sharding the frozen models changes no number
+            mine, theirs = (dataclasses.replace(c, shard_frozen=False) for c in (mine, theirs))
+        if mine != theirs:
             raise ValueError(
                 f"the run folder holds a checkpoint made with a different '{section}' config; "
                 "use a new train.out_dir (or the same config) to continue")
@@ -166,7 +188,8 @@ def init_from(run: Run, checkpoint: str | Path) -> None:
     for section, a, b in (("model", mine.model, saved.model), ("loss", mine.loss, saved.loss), ("text", *texts)):
         if a != b:
             raise ValueError(f"train.init_from: {ckpt.path} was made with a different '{section}' config")
-    run.student.load_state_dict(ckpt.model_state())
+    # full state dict: FSDP2 shards it into this rank's parameters; a plain student takes it whole
+    set_model_state_dict(run.student, ckpt.model_state(), options=StateDictOptions(full_state_dict=True))
     run.ema = EMA(run.student, run.cfg.train.ema_decay)
 
 
@@ -182,8 +205,40 @@ def start_run(cfg: Config, examples: TrainingData | None = None, resume_existing
     weights of ``train.init_from`` when set) with REG statistics calibrated when a teacher is
     used. The resolved config is written to
     ``config.yaml`` in the folder.
+
+    Under ``ddp``/``fsdp2`` rank 0 alone inspects and writes the folder (it holds the lock) and
+    tells every rank which checkpoint to resume from, or the error that stops the run, so that
+    every rank resumes the same one or fails with the same line.
     """
     run_dir = Path(cfg.train.out_dir)
+    info = init_distributed(cfg.train.parallel, resolve_device(cfg.train.device))
+    found: Path | BaseException | None = None
+    if info.is_main:
+        try:
+            found = _open_folder(run_dir, resume_existing)
+        except Exception as err:  # every rank raises it below
+            found = err
+    found = info.broadcast(found)
+    if isinstance(found, BaseException):
+        raise found
+    run = build_run(cfg, examples)
+    step = 0
+    if found is not None:
+        step = resume(run, found)
+    else:
+        if cfg.train.init_from:
+            init_from(run, cfg.train.init_from)
+        if run.with_teacher:
+            calibrate_reg(run)
+    if info.is_main:
+        cut_metrics(run_dir / "metrics.jsonl", step)
+        run.cfg.save(run_dir / "config.yaml")
+    return run, step
+
+
+def _open_folder(run_dir: Path, resume_existing: bool) -> Path | None:
+    """Clean what interrupted saves left, refuse what must be refused, and return the newest
+    intact checkpoint (``None``: a fresh run)."""
     clean_temporaries(run_dir)
     if not resume_existing and has_checkpoints(run_dir):
         raise FileExistsError(f"{run_dir} already holds checkpoints; --fresh refuses to touch it "
@@ -193,18 +248,7 @@ def start_run(cfg: Config, examples: TrainingData | None = None, resume_existing
         raise CheckpointError(f"{run_dir} holds checkpoints but none is intact; refusing to start over on "
                               "top of them (move them away or choose a new train.out_dir)")
     run_dir.mkdir(parents=True, exist_ok=True)
-    run = build_run(cfg, examples)
-    step = 0
-    if existing is not None:
-        step = resume(run, existing)
-    else:
-        if cfg.train.init_from:
-            init_from(run, cfg.train.init_from)
-        if run.with_teacher:
-            calibrate_reg(run)
-    cut_metrics(run_dir / "metrics.jsonl", step)
-    run.cfg.save(run_dir / "config.yaml")
-    return run, step
+    return existing
 
 
 def cut_metrics(path: Path, step: int) -> None:

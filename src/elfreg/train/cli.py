@@ -1,5 +1,7 @@
-"""``elfreg train --config FILE.yaml [key.sub=value ...]``. Failures propagate to the one handler
-of :mod:`elfreg.cli` (one line, non-zero exit)."""
+"""``elfreg train --config FILE.yaml [key.sub=value ...]``, alone or under ``torchrun
+--nproc_per_node N --no-python elfreg train ...`` (``train.parallel: ddp | fsdp2``). Failures
+propagate to the one handler of :mod:`elfreg.cli` (one line, non-zero exit, the rank named
+under torchrun)."""
 
 from __future__ import annotations
 
@@ -10,11 +12,14 @@ from ..config import Config
 
 def run(args: argparse.Namespace) -> int:
     from .loop import train
+    from .parallel import env_dist, shutdown_distributed
 
     cfg = Config.load(args.config, args.override)
     result = train(cfg, resume=not args.fresh)
-    losses = ", ".join(f"{k} {v:.4f}" for k, v in result.last_losses.items())
-    print(f"trained to step {result.step}; last losses: {losses}; checkpoint: {result.checkpoint}")
+    shutdown_distributed()
+    if env_dist().is_main:  # under torchrun only rank 0 reports
+        losses = ", ".join(f"{k} {v:.4f}" for k, v in result.last_losses.items())
+        print(f"trained to step {result.step}; last losses: {losses}; checkpoint: {result.checkpoint}")
     return 0
 
 

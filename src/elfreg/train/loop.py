@@ -1,20 +1,22 @@
 """The training loop: steps, progress bar, ``metrics.jsonl``, checkpoint cadence, ``stop_at``.
 
 Exact resume: the data order is a pure function of (seed, micro-batch index), and every random
-draw of the objective comes from one generator whose state is saved with each checkpoint, so
-``2N`` uninterrupted steps and ``N`` + resume + ``N`` produce the same losses.
+draw of the objective is a function of (seed, micro-batch index, position in the global batch)
+(:func:`~elfreg.train.batch.row_draws`), so ``2N`` uninterrupted steps and ``N`` + resume + ``N``
+produce the same losses, at any number of ranks on either side of the resume.
 
 :func:`train` is :func:`~elfreg.train.build.start_run` followed by :func:`train_loop`; the loop
-only calls :func:`~elfreg.train.step.train_step` and :func:`save`, so a scale-out layer wraps
-those (and the build) without touching the loop.
+only calls :func:`~elfreg.train.step.train_step` and :func:`save`.
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from tqdm.auto import tqdm
 
 from ..checkpoint import save_checkpoint
@@ -23,6 +25,9 @@ from ..jsonl import append_jsonl
 from ..runs import GracefulInterrupt, locked
 from .batch import TrainingData
 from .build import Run, start_run, train_state
+from .cost import Throughput
+from .parallel import env_dist
+from .sharded import save_sharded
 from .step import TrainingDiverged, train_step
 
 __all__ = ["TrainResult", "TrainingDiverged", "TrainingInterrupted", "save", "train", "train_loop"]
@@ -52,44 +57,60 @@ def save(run: Run, step: int) -> Path:
     and remember it as the run's last good checkpoint."""
     meta = {"enc_dim": run.frozen.encoder.width, "vocab_size": run.frozen.encoder.vocab_size,
             "teacher_dim": run.frozen.teacher.width if run.with_teacher else None,
-            "canvas": run.frozen.canvas.stats.as_dict()}
-    run.last_checkpoint = save_checkpoint(run.run_dir, step, run.cfg, run.student, run.ema.state_dict(),
-                                          train_state(run), meta)
+            "canvas": run.frozen.canvas.stats.as_dict(), "world_size": run.dist.world,
+            "parallel": run.cfg.train.parallel}
+    if run.cfg.train.parallel != "none":  # every rank writes its shards
+        run.last_checkpoint = save_sharded(run, step, meta)
+    else:
+        run.last_checkpoint = save_checkpoint(run.run_dir, step, run.cfg, run.student, run.ema.state_dict(),
+                                              train_state(run), meta)
     return run.last_checkpoint
 
 
 def train_loop(run: Run, step: int, stop_at: int | None = None) -> TrainResult:
     """Train ``run`` from ``step`` steps done to ``train.steps`` (or ``stop_at``, if earlier).
 
-    Logs a ``metrics.jsonl`` line every ``train.log_every`` steps and at the last step, and
-    checkpoints every ``train.ckpt_every`` steps and where this call stops.
+    Logs a ``metrics.jsonl`` line every ``train.log_every`` steps and at the last step (loss
+    terms, tokens/s with and without padding, model FLOPs per token by component and MFU), and
+    checkpoints every ``train.ckpt_every`` steps and where this call stops. Only rank 0 writes
+    metrics and draws the bar; a signal seen by any rank stops every rank after the same step.
     """
     tc = run.cfg.train
+    main = run.dist.is_main
     end = min(tc.steps, stop_at) if stop_at is not None else tc.steps
     terms: dict[str, float] = {}
-    bar = tqdm(total=tc.steps, initial=step, desc="train", disable=not tc.progress, dynamic_ncols=True)
-    tokens_seen, t0 = 0, time.perf_counter()
+    bar = tqdm(total=tc.steps, initial=step, desc="train", disable=not (tc.progress and main), dynamic_ncols=True)
+    speed = Throughput.of_run(run)
     with GracefulInterrupt() as stop:
         while step < end:
+            t0 = time.perf_counter()
             result = train_step(run, step)
+            speed.add(result.tokens, result.real_tokens, time.perf_counter() - t0, result.reads)
             step += 1
             terms = result.losses
-            tokens_seen += result.tokens
             bar.update(1)
             if step % tc.log_every == 0 or step == tc.steps:
-                rate = tokens_seen / max(time.perf_counter() - t0, 1e-9)
+                rates = speed.report()
                 bar.set_postfix(loss=f"{terms['total']:.3f}", dec=f"{terms['decode']:.2f}",
-                                den=f"{terms['denoise']:.3f}", tok_s=f"{rate:.0f}")
-                append_jsonl(run.run_dir / "metrics.jsonl", {"step": step, "lr": result.lr,
-                                                             "grad_norm": result.grad_norm, "tokens_per_s": rate,
-                                                             **terms})
-            if step % tc.ckpt_every == 0 or step == end or stop.requested:
+                                den=f"{terms['denoise']:.3f}", tok_s=f"{rates['tokens_per_s']:.0f}")
+                if main:
+                    append_jsonl(run.run_dir / "metrics.jsonl", {"step": step, "lr": result.lr,
+                                                                 "grad_norm": result.grad_norm, **rates, **terms})
+            stopping = _any_rank(run, stop.requested)
+            if step % tc.ckpt_every == 0 or step == end or stopping:
                 save(run, step)
-            if stop.requested and step < end:
+            if stopping and step < end:
                 bar.close()
-                raise TrainingInterrupted(stop.signal_name, step, run.last_checkpoint)
+                raise TrainingInterrupted(stop.signal_name or "a signal to another rank", step, run.last_checkpoint)
     bar.close()
     return TrainResult(run.run_dir, step, terms, run.last_checkpoint)
+
+
+def _any_rank(run: Run, flag: bool) -> bool:
+    """Whether ``flag`` is true on any rank (every rank gets the same answer)."""
+    if run.dist.world == 1:
+        return flag
+    return bool(run.dist.sum(torch.tensor([float(flag)])).item() > 0)
 
 
 def train(cfg: Config, examples: TrainingData | None = None, resume: bool = True,
@@ -98,11 +119,12 @@ def train(cfg: Config, examples: TrainingData | None = None, resume: bool = True
     (``resume=False`` refuses such a folder with ``FileExistsError``).
 
     The run folder is locked for the whole call (a second process refuses with
-    :class:`~elfreg.runs.FolderInUse`). SIGINT or SIGTERM finish the current step, checkpoint it
-    and raise :class:`TrainingInterrupted`; a second signal stops at once. ``stop_at`` ends this
-    invocation after that step (with a checkpoint) without changing the schedule, so long jobs
-    can run in slices and resume exactly.
+    :class:`~elfreg.runs.FolderInUse`); under torchrun rank 0 holds the lock for the job (the
+    folder is shared by all ranks; a second job's rank 0 refuses). SIGINT or SIGTERM finish the
+    current step, checkpoint it and raise :class:`TrainingInterrupted`; a second signal stops at
+    once. ``stop_at`` ends this invocation after that step (with a checkpoint) without changing
+    the schedule, so long jobs can run in slices and resume exactly.
     """
-    with locked(cfg.train.out_dir):
+    with locked(cfg.train.out_dir) if env_dist().is_main else nullcontext():
         run, step = start_run(cfg, examples, resume_existing=resume)
         return train_loop(run, step, stop_at)

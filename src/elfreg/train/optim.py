@@ -1,4 +1,4 @@
-"""AdamW with linear warmup and a cosine (or constant) schedule."""
+"""AdamW (or Muon with AdamW) with linear warmup and a cosine (or constant) schedule."""
 
 from __future__ import annotations
 
@@ -34,9 +34,53 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return scheduled_lr(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio, cfg.schedule)
 
 
-def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW; weight decay only on matrices (not norms, biases or single tokens)."""
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer | MuonWithAdamW:
+    """AdamW, weight decay only on matrices (not norms, biases or single tokens); or, with
+    ``train.optimizer: muon``, Muon on the matrices of the Transformer blocks and AdamW on the
+    rest (embeddings, conditioning, input/output projections, heads, norms), as in ELF's code.
+    Muon's step is scaled to AdamW's RMS (``adjust_lr_fn="match_rms_adamw"``), so both follow the
+    one learning-rate schedule."""
+    blocks = {id(p) for p in model.blocks.parameters()} if cfg.optimizer == "muon" else set()
+    params = [p for p in model.parameters() if p.requires_grad]
+    muon = [p for p in params if id(p) in blocks and p.dim() == 2]
+    rest = [p for p in params if id(p) not in {id(q) for q in muon}]
+    decay = [p for p in rest if p.dim() >= 2]
+    no_decay = [p for p in rest if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+    adamw = torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+    if not muon:
+        return adamw
+    return MuonWithAdamW(torch.optim.Muon(muon, lr=cfg.lr, weight_decay=cfg.weight_decay,
+                                          momentum=cfg.muon_momentum, adjust_lr_fn="match_rms_adamw"), adamw)
+
+
+class MuonWithAdamW:
+    """Two optimisers stepped as one: ``param_groups`` lists both (the schedule sets every
+    group's ``lr``), ``state_dict`` holds both."""
+
+    def __init__(self, muon: torch.optim.Optimizer, adamw: torch.optim.Optimizer):
+        self.optimizers = [muon, adamw]
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return [g for opt in self.optimizers for g in opt.param_groups]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        for opt in self.optimizers:
+            opt.step()
+
+    def state_dict(self) -> dict:
+        return {"muon": self.optimizers[0].state_dict(), "adamw": self.optimizers[1].state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizers[0].load_state_dict(state["muon"])
+        self.optimizers[1].load_state_dict(state["adamw"])
+
+
+def optimizers_of(optimizer: torch.optim.Optimizer | MuonWithAdamW) -> list[torch.optim.Optimizer]:
+    """The torch optimisers behind a run's optimiser (what distributed state dicts take)."""
+    return list(optimizer.optimizers) if isinstance(optimizer, MuonWithAdamW) else [optimizer]
