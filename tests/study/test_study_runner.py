@@ -5,6 +5,8 @@ redoing a finished cell, a cut row, the folder's plan identity and its lock."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -137,3 +139,21 @@ def test_the_folder_belongs_to_one_plan(plan_args, tmp_path, capsys):
     (demo / "results.json").write_text("{}")
     with pytest.raises(ValueError, match=f"^{demo} is not a study folder .it holds elf-reg, results.json.; choose"):
         runner.claim_folder(study, demo, overwrite=True)
+
+
+def test_a_signal_during_evaluation_stops_after_the_cell(plan_args, tmp_path, monkeypatch):
+    study = load_plan(QUICK, [*plan_args, "models=[elf]", "train_seeds=[0]", "samplers=[early-stop]", "nfes=[4]"])
+
+    def interrupted_evaluate(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # as from `kill`, while the first cell is sampled
+        return EVALUATE(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "evaluate", interrupted_evaluate)
+    with pytest.raises(runner.StudyInterrupted, match="interrupted by SIGTERM after evaluation cell elf/t0/early-stop/"
+                                                      "nfe4/s0; run the same command to resume") as err:
+        runner.run_study(study, tmp_path / "out", progress=False)
+    assert err.value.exit_status == 130
+    assert len((tmp_path / "out" / "results.jsonl").read_text().splitlines()) == 1
+    counts = _counting(monkeypatch)
+    assert runner.run_study(study, tmp_path / "out", progress=False)["complete"]
+    assert counts == {"evals": 1, "steps": {}}
