@@ -41,7 +41,7 @@ def _rows(study, values):
     for cell in study.eval_cells():
         value = values(cell)
         if value is not None:
-            rows[cell.id] = {"cell": cell.id, "pass@1": value, "n_problems": 10}
+            rows[cell.id] = {"cell": cell.id, "pass@1": value, "token_match": 0.5 + value / 2, "n_problems": 10}
     return rows
 
 
@@ -58,11 +58,11 @@ def test_table_from_rows_in_plan_order(tmp_path):
     assert e["pass@1"] == pytest.approx(0.4 + 0.05 + 0.01)
     assert e["train_seed_std"] == pytest.approx(statistics.stdev([0.41, 0.51]))
     assert e["sample_seed_std"] == pytest.approx(0.01)
-    assert e["complete"] and e["cells"] == 6
+    assert e["complete"] and e["cells"] == 6 and e["token_match"] == pytest.approx(0.5 + e["pass@1"] / 2)
     report = build_report(study, rows, {c.id: tmp_path / c.id for c in study.train_cells()})
     assert report["complete"] and report["problems"]["n"] == 10 and len(report["rows"]) == 36
     text = format_table(report)
-    assert "| elf | full-span | 16 | 46.0 | 7.1 | 1.0 | 2 × 3 |" in text.splitlines()
+    assert "| elf | full-span | 16 | 46.0 | 7.1 | 1.0 | 73.0 | 2 × 3 |" in text.splitlines()
     plot_pass1_vs_nfe(report, tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 0
 
@@ -75,4 +75,5 @@ def test_an_incomplete_grid_says_so(tmp_path):
     (entry,) = report["table"]
     assert not entry["complete"] and entry["cells"] == 3 and not report["complete"]
     assert entry["sample_seed_std"] is None  # training seed 1 has one sampling seed so far
-    assert "| elf | early-stop | 4 | 50.0 | 0.0 | n/a | 2 × 1 (incomplete) |" in format_table(report).splitlines()
+    line = "| elf | early-stop | 4 | 50.0 | 0.0 | n/a | 75.0 | 2 × 1 (incomplete) |"
+    assert line in format_table(report).splitlines()

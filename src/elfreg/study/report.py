@@ -10,7 +10,9 @@ trained with seed ``t``, sampled with seed ``s``. Then
 * ``sample_seed_std`` is the mean over training seeds of the sample std (n − 1) of ``p[t][s]``
   over ``s``: how much it moves when the same model samples again (the demo's "±").
 
-A spread over fewer than two seeds is unknown and reported as ``None`` ("n/a" in the table).
+A spread over fewer than two seeds is unknown and reported as ``None`` ("n/a" in the table). Beside
+them, the mean token match (:func:`elfreg.toy.demo.token_match`), which moves long before whole
+answers come out right.
 """
 
 from __future__ import annotations
@@ -48,12 +50,14 @@ def table_entries(study: Study, rows: dict[str, dict]) -> list[dict]:
             for nfe in study.plan.nfes:
                 by_seed: dict[int, list[float]] = defaultdict(list)
                 cells = [c for c in study.eval_cells() if (c.model, c.sampler, c.nfe) == (model, sampler, nfe)]
+                found = [rows[c.id] for c in cells if c.id in rows]
                 for cell in cells:
                     if cell.id in rows:
                         by_seed[cell.train_seed].append(rows[cell.id]["pass@1"])
-                done = sum(len(v) for v in by_seed.values())
+                matches = [r["token_match"] for r in found if "token_match" in r]
                 entries.append({"model": model, "sampler": sampler, "nfe": nfe, **spreads(by_seed),
-                                "cells": done, "complete": done == len(cells)})
+                                "token_match": statistics.fmean(matches) if matches else None,
+                                "cells": len(found), "complete": len(found) == len(cells)})
     return entries
 
 
@@ -81,13 +85,14 @@ def format_table(report: dict) -> str:
     p = report["problems"]
     lines = [f"pass@1 (%) on {p['n']} held-out {LEVEL_NAMES.get(p['level'], p['level'])} problems "
              f"({p['split']} split). ± train: std (n − 1) over training seeds of the per-seed means; "
-             "± sample: mean over training seeds of the std (n − 1) over sampling seeds.", "",
-             "| model | sampler | NFE | pass@1 | ± train | ± sample | seeds (train × sample) |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "± sample: mean over training seeds of the std (n − 1) over sampling seeds; token match: share of "
+             "the gold answer's tokens in place (%), mean over the cells.", "",
+             "| model | sampler | NFE | pass@1 | ± train | ± sample | token match | seeds (train × sample) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for e in report["table"]:
         seeds = f"{e['n_train_seeds']} × {e['n_sample_seeds']}" + ("" if e["complete"] else " (incomplete)")
-        lines.append(f"| {e['model']} | {e['sampler']} | {e['nfe']} | {_pct(e['pass@1'])} | "
-                     f"{_pct(e['train_seed_std'])} | {_pct(e['sample_seed_std'])} | {seeds} |")
+        numbers = " | ".join(_pct(e[k]) for k in ("pass@1", "train_seed_std", "sample_seed_std", "token_match"))
+        lines.append(f"| {e['model']} | {e['sampler']} | {e['nfe']} | {numbers} | {seeds} |")
     return "\n".join(lines)
 
 
@@ -115,7 +120,7 @@ def plot_pass1_vs_nfe(report: dict, path: Path) -> None:
         ax.set_xticks(nfes, [str(n) for n in nfes])
         ax.set_title(model, fontsize=9)
         ax.set_xlabel("NFE")
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(0, max(ax.get_ylim()[1], 10.0))  # an all-zero panel still reads as percent
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(models):]:
         ax.set_visible(False)
