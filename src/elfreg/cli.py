@@ -27,6 +27,7 @@ _COMMAND_MODULES = [
     "elfreg.eval.cli",
     "elfreg.data.cli",
     "elfreg.toy.demo",
+    "elfreg.study.cli",
 ]
 DEBUG_ENV = "ELFREG_DEBUG"
 

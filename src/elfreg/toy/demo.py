@@ -115,13 +115,13 @@ def token_match(tokens: list[int], gold: list[int]) -> float:
 
 
 def evaluate(student, frozen: FrozenText, problems: list[dict], cfg: Config, sample: SampleConfig, samples: int,
-             progress: bool) -> dict:
-    """pass@1 over problems and ``samples`` sampling seeds (sample j uses seed j), with the sample
-    std across seeds (:func:`elfreg.eval.passk.summarize`), and the token match."""
+             progress: bool, seed: int = 0) -> dict:
+    """pass@1 over problems and ``samples`` sampling seeds (sample j uses seed ``seed + j``), with
+    the sample std across seeds (:func:`elfreg.eval.passk.summarize`), and the token match."""
     tok = frozen.tokenizer
     gold = [tok(p["answer"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for p in problems]
     results = generate(student, [as_example(p).prompt for p in problems], sample, frozen_text=frozen, flow=cfg.flow,
-                       samples=samples, batch_size=256, progress=progress)
+                       samples=samples, seed=seed, batch_size=256, progress=progress)
     verdicts: dict[str, list[bool]] = {str(i): [] for i in range(len(problems))}
     for r in results:  # prompt-major, sample j in order
         verdicts[str(r.prompt_index)].append(arith.is_correct(r.text, problems[r.prompt_index]))

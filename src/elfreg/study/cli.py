@@ -1,0 +1,67 @@
+"""``elfreg study --plan FILE.yaml [--out DIR] [--dry-run] [--overwrite] [key=value ...]``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from elfreg.study.plan import Study, load_plan
+
+
+def _value(v: object) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def format_status(study: Study, status: dict) -> str:
+    """What ``--dry-run`` prints: the models and samplers as resolved, and each training cell
+    with its evaluation cells done / planned in the out folder."""
+    lines = [f"plan {status['identity']} into {status['out']}"]
+    if status["held_identity"] not in (None, status["identity"]):
+        lines.append(f"  the folder holds another plan ({status['held_identity']}): running refuses it "
+                     "unless --overwrite")
+    lines.append("models (changes to the base config):")
+    for name, changes in study.model_changes.items():
+        text = ", ".join(f"{k}={_value(v)}" for k, v in changes.items()) or "the base as it is"
+        lines.append(f"  {name}: {text}")
+    lines.append("samplers (changes to the sample section):")
+    for name, changes in study.sampler_changes.items():
+        lines.append(f"  {name}: {', '.join(f'{k}={_value(v)}' for k, v in changes.items())}")
+    p = study.plan
+    lines.append(f"train seeds {p.train_seeds}; NFE {p.nfes}; sampling seeds {p.sample_seeds}")
+    total = sum(c["eval_cells"] for c in status["training"])
+    done = sum(c["eval_done"] for c in status["training"])
+    trained = sum(c["trained"] for c in status["training"])
+    lines.append(f"training cells: {len(status['training'])} ({trained} trained); "
+                 f"evaluation cells: {total} ({done} done)")
+    for c in status["training"]:
+        lines.append(f"  {c['cell']:<20} {'trained' if c['trained'] else 'to train':<9} "
+                     f"evaluations {c['eval_done']}/{c['eval_cells']}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from elfreg.study.report import format_table
+    from elfreg.study.runner import run_study, status
+
+    study = load_plan(args.plan, args.override)
+    out = Path(args.out or f"runs/study-{Path(args.plan).stem}")
+    if args.dry_run:
+        print(format_status(study, status(study, out)))
+        return 0
+    report = run_study(study, out, overwrite=args.overwrite, progress=not args.no_progress)
+    print(format_table(report))
+    print(f"\nwrote {', '.join(report['outputs'])} ({report['run_seconds']:.0f} s)")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("study", help="a resumable grid of toy trainings and evaluations (models × seeds × "
+                                     "samplers × NFE) with one results table")
+    p.add_argument("--plan", required=True, help="the study plan (e.g. configs/study-toy-level1.yaml)")
+    p.add_argument("--out", help="output folder (default runs/study-<plan name>)")
+    p.add_argument("--dry-run", action="store_true", help="print the cells and what is done; run nothing")
+    p.add_argument("--overwrite", action="store_true",
+                   help="discard what another plan made in --out (its runs included) instead of refusing")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("override", nargs="*", help="plan overrides, e.g. train_seeds=[0] overrides.train.steps=50")
+    p.set_defaults(func=run)

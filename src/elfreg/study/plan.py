@@ -1,0 +1,284 @@
+"""A study plan: what to train and how to evaluate it, read strictly, and the cells it makes.
+
+A plan names a base run config and the axes of the grid::
+
+    base: toy-study-level1.yaml      # a run config file (relative to the plan's folder) or a mapping
+    overrides: {eval.limit: 100}     # changes to the base (dotted keys or nested sections)
+    models: [elf, repa, elf-reg]     # built-in names (MODEL_PRESETS) or names defined in model_defs
+    model_defs: {wide: {model.width: 256}}
+    train_seeds: [0, 1, 2]
+    samplers: [early-stop, full-span] # built-in names (SAMPLER_PRESETS) or names in sampler_defs
+    sampler_defs: {es-rho16: {sampler: early-stop, rho: 16}}
+    nfes: [4, 16]
+    sample_seeds: [0, 1]
+
+A *training cell* is (model, training seed): one run folder. An *evaluation cell* is (training
+cell, sampler, NFE, sampling seed): one result row. Cells are listed in a fixed order with stable
+ids (``elf-reg/t0`` and ``elf-reg/t0/early-stop/nfe16/s0``). A sampler that removes REG at
+inference (``reg: false``) is evaluated only on models trained with the REG token. Everything here
+is pure: nothing is trained or written.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+from elfreg.config import Config, ConfigError, SampleConfig, apply_override, build_dataclass
+
+FORMAT_VERSION = 1
+
+# The ablation rows of Table 5 / 37 as changes to the base config. Each sets every switch it is
+# about, so a base that changes the defaults cannot leak into a row.
+MODEL_PRESETS: dict[str, dict] = {
+    "elf": {"loss.repa": False, "loss.extra_token": "none", "text.repa_shift": 0},
+    "repa": {"loss.repa": True, "loss.extra_token": "none", "text.repa_shift": 0},
+    "elf-reg": {"loss.repa": True, "loss.extra_token": "reg", "text.repa_shift": 0},
+    "olt": {"loss.repa": True, "loss.extra_token": "learned", "text.repa_shift": 0},
+    "shift1": {"loss.repa": True, "loss.extra_token": "reg", "text.repa_shift": 1},
+}
+# Samplers (Table 4 / 5 / 6 / 30) as changes to the model's ``sample`` section (never ``nfe``).
+SAMPLER_PRESETS: dict[str, dict] = {
+    "early-stop": {"sampler": "early-stop", "reg": True},
+    "full-span": {"sampler": "full-span", "reg": True},
+    "renoise": {"sampler": "renoise", "renoise_mode": "both", "reg": True},
+    "renoise-schedule": {"sampler": "renoise", "renoise_mode": "schedule", "reg": True},
+    "renoise-noise": {"sampler": "renoise", "renoise_mode": "renoise", "reg": True},
+    "reg-off": {"sampler": "early-stop", "reg": False},
+    "adaptive": {"sampler": "adaptive", "reg": True},
+}
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]*")
+# Set by the runner for each cell, or by the plan's base for every model: never by one model.
+RUNNER_KEYS = ("train.seed", "train.out_dir", "train.progress")
+
+
+@dataclass
+class PlanFile:
+    """The plan as written (see the module docstring)."""
+
+    base: str | dict = field(default_factory=dict)
+    overrides: dict = field(default_factory=dict)
+    models: list[str] = field(default_factory=list)
+    model_defs: dict[str, dict] = field(default_factory=dict)
+    train_seeds: list[int] = field(default_factory=lambda: [0])
+    samplers: list[str] = field(default_factory=list)
+    sampler_defs: dict[str, dict] = field(default_factory=dict)
+    nfes: list[int] = field(default_factory=list)
+    sample_seeds: list[int] = field(default_factory=lambda: [0])
+
+
+@dataclass(frozen=True)
+class TrainCell:
+    model: str
+    train_seed: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.model}/t{self.train_seed}"
+
+
+@dataclass(frozen=True)
+class EvalCell:
+    model: str
+    train_seed: int
+    sampler: str
+    nfe: int
+    sample_seed: int
+
+    @property
+    def train_cell(self) -> TrainCell:
+        return TrainCell(self.model, self.train_seed)
+
+    @property
+    def id(self) -> str:
+        return f"{self.train_cell.id}/{self.sampler}/nfe{self.nfe}/s{self.sample_seed}"
+
+
+def merge(data: dict, changes: dict) -> dict:
+    """``data`` with ``changes`` applied: keys may be dotted (``loss.repa``), nested mappings are
+    merged into the sections they name, other values replace."""
+    out = copy.deepcopy(data)
+    for key, value in changes.items():
+        *path, last = str(key).split(".")
+        node = out
+        for part in path:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"config error: {key}: {part} is not a section")
+        if isinstance(value, dict) and isinstance(node.get(last), dict):
+            node[last] = merge(node[last], value)
+        else:
+            node[last] = copy.deepcopy(value)
+    return out
+
+
+def _flat(changes: dict, prefix: str = "") -> dict:
+    """Dotted keys of every leaf of ``changes``."""
+    out = {}
+    for key, value in changes.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _prefixed(where: str, err: ConfigError) -> ConfigError:
+    text = str(err).removeprefix("config error: ")
+    return ConfigError(f"config error: {where}: {text}")
+
+
+def _read_yaml(path: Path) -> dict:
+    raw = path.read_bytes()  # a missing file or a folder fails here, naming the path
+    try:
+        data = yaml.safe_load(raw.decode("utf-8")) or {}
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"config error: {path}: not UTF-8 text (byte {err.start})") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"config error: {path}: not valid YAML{at} ({getattr(err, 'problem', None) or err})"
+                          ) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config error: {path}: top level must be a mapping")
+    return data
+
+
+@dataclass
+class Study:
+    """A checked plan: the resolved run config of every model and the sampler changes."""
+
+    plan: PlanFile
+    base: Config
+    model_changes: dict[str, dict]
+    models: dict[str, Config]
+    sampler_changes: dict[str, dict]
+
+    # -- cells ----------------------------------------------------------------------------
+    def applies(self, model: str, sampler: str) -> bool:
+        """Whether ``sampler`` is evaluated on ``model`` (REG off only where REG was trained)."""
+        cfg = self.models[model]
+        return self.sampler_changes[sampler].get("reg", cfg.sample.reg) or cfg.loss.extra_token == "reg"
+
+    def train_cells(self) -> list[TrainCell]:
+        return [TrainCell(m, t) for m in self.plan.models for t in self.plan.train_seeds]
+
+    def eval_cells(self, train_cell: TrainCell | None = None) -> list[EvalCell]:
+        """Every evaluation cell (of ``train_cell`` only, when given), in run order."""
+        cells = [train_cell] if train_cell else self.train_cells()
+        return [EvalCell(c.model, c.train_seed, s, n, k) for c in cells for s in self.plan.samplers
+                if self.applies(c.model, s) for n in self.plan.nfes for k in self.plan.sample_seeds]
+
+    # -- settings of one cell -------------------------------------------------------------
+    def run_config(self, cell: TrainCell, run_dir: str | Path, progress: bool = True) -> Config:
+        """The run config that trains ``cell`` into ``run_dir``."""
+        data = self.models[cell.model].to_dict()
+        data["train"].update(seed=cell.train_seed, out_dir=str(run_dir), progress=progress)
+        return Config.from_dict(data)
+
+    def sample_config(self, cell: EvalCell) -> SampleConfig:
+        return self.models[cell.model].sample.replace(**self.sampler_changes[cell.sampler], nfe=cell.nfe)
+
+    # -- identity -------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """The resolved plan, JSON-ready: what every cell is made of (no paths of this run)."""
+        models = {}
+        for name, cfg in self.models.items():
+            data = cfg.to_dict()
+            for key in ("seed", "out_dir", "progress"):
+                data["train"].pop(key)
+            models[name] = {"changes": self.model_changes[name], "config": data}
+        return {"format_version": FORMAT_VERSION, "models": models,
+                "samplers": {n: self.sampler_changes[n] for n in self.plan.samplers},
+                "train_seeds": self.plan.train_seeds, "nfes": self.plan.nfes,
+                "sample_seeds": self.plan.sample_seeds}
+
+    def identity(self) -> str:
+        """A hash of :meth:`to_dict`: two plans with the same identity make the same cells."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _check_axes(plan: PlanFile) -> None:
+    checks = [
+        ("models", bool(plan.models), "must list at least one model"),
+        ("samplers", bool(plan.samplers), "must list at least one sampler"),
+        ("nfes", bool(plan.nfes), "must list at least one NFE"),
+        ("nfes", all(n >= 2 for n in plan.nfes), "every NFE must be >= 2"),
+        ("train_seeds", bool(plan.train_seeds) and all(s >= 0 for s in plan.train_seeds),
+         "must list seeds >= 0"),
+        ("sample_seeds", bool(plan.sample_seeds) and all(s >= 0 for s in plan.sample_seeds),
+         "must list seeds >= 0"),
+    ]
+    for key in ("models", "train_seeds", "samplers", "nfes", "sample_seeds"):
+        values = getattr(plan, key)
+        checks.append((key, len(set(values)) == len(values), f"lists a value twice: {values}"))
+    for key, ok, why in checks:
+        if not ok:
+            raise ConfigError(f"config error: {key}: {why}")
+    for kind, presets in (("model_defs", MODEL_PRESETS), ("sampler_defs", SAMPLER_PRESETS)):
+        for name in getattr(plan, kind):
+            if not NAME_RE.fullmatch(name):
+                raise ConfigError(f"config error: {kind}.{name}: names are lower-case letters, digits, '.', '_', '-'")
+            if name in presets:
+                raise ConfigError(f"config error: {kind}.{name}: is a built-in name; choose another")
+
+
+def _lookup(kind: str, names: list[str], defs: dict[str, dict], presets: dict[str, dict]) -> dict[str, dict]:
+    known = {**presets, **defs}
+    for i, name in enumerate(names):
+        if name not in known:
+            raise ConfigError(f"config error: {kind}[{i}]: unknown {kind[:-1]} {name!r} "
+                              f"(known: {', '.join(known)}; define others in {kind[:-1]}_defs)")
+    return {name: _flat(known[name]) for name in names}
+
+
+def resolve(plan: PlanFile, base_dir: Path) -> Study:
+    """Check ``plan`` and resolve every model's run config and every sampler (one-line
+    :class:`ConfigError` naming the key at fault)."""
+    _check_axes(plan)
+    if isinstance(plan.base, str):
+        base_data = Config.load(base_dir / plan.base).to_dict()
+    else:
+        base_data = plan.base
+    try:
+        base = Config.from_dict(merge(base_data, plan.overrides))
+    except ConfigError as err:
+        raise _prefixed("base", err) from None
+    if base.data.source != "toy-arith":
+        raise ConfigError(f"config error: base.data.source: the study scores toy arithmetic; must be toy-arith, "
+                          f"got {base.data.source!r}")
+    model_changes = _lookup("models", plan.models, plan.model_defs, MODEL_PRESETS)
+    models = {}
+    for name, changes in model_changes.items():
+        for key in changes:
+            if key in RUNNER_KEYS or key.startswith("eval.") or key == "eval":
+                raise ConfigError(f"config error: models.{name}: {key} is set by the study, not by one model")
+        try:
+            models[name] = Config.from_dict(merge(base.to_dict(), changes))
+        except ConfigError as err:
+            raise _prefixed(f"models.{name}", err) from None
+    sampler_changes = _lookup("samplers", plan.samplers, plan.sampler_defs, SAMPLER_PRESETS)
+    for name, changes in sampler_changes.items():
+        if "nfe" in changes:
+            raise ConfigError(f"config error: sampler_defs.{name}.nfe: the NFE is an axis of the plan (nfes)")
+        try:
+            build_dataclass(SampleConfig, {**asdict(base.sample), **changes}, prefix="").validate()
+        except ConfigError as err:
+            raise _prefixed(f"samplers.{name}", err) from None
+    return Study(plan, base, model_changes, models, sampler_changes)
+
+
+def load_plan(path: str | Path, overrides: list[str] | None = None) -> Study:
+    """Read a plan file, apply ``key=value`` overrides (``train_seeds=[0]``,
+    ``overrides.train.steps=50``) and resolve it (:func:`resolve`)."""
+    path = Path(path)
+    data = _read_yaml(path)
+    for item in overrides or []:
+        apply_override(data, item)
+    return resolve(build_dataclass(PlanFile, data), path.parent)

@@ -1,0 +1,140 @@
+"""The study's results table: for each (model, sampler, NFE), pass@1 and its two spreads.
+
+For one (model, sampler, NFE) let ``p[t][s]`` be pass@1 over the held-out problems of the model
+trained with seed ``t``, sampled with seed ``s``. Then
+
+* ``pass@1`` is the mean over training seeds of the per-training-seed means ``m[t] = mean_s p[t][s]``
+  (the mean over every row when the grid is complete);
+* ``train_seed_std`` is the sample std (n − 1) of the ``m[t]``: how much the result moves when
+  the model is trained again;
+* ``sample_seed_std`` is the mean over training seeds of the sample std (n − 1) of ``p[t][s]``
+  over ``s``: how much it moves when the same model samples again (the demo's "±").
+
+A spread over fewer than two seeds is unknown and reported as ``None`` ("n/a" in the table). Beside
+them, the mean token match (:func:`elfreg.toy.demo.token_match`), which moves long before whole
+answers come out right.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+from elfreg.jsonl import read_jsonl
+from elfreg.study.plan import Study
+from elfreg.toy.report import LEVEL_NAMES, _pyplot
+
+
+def spreads(by_train_seed: dict[int, list[float]]) -> dict:
+    """pass@1 and the two spreads from ``{training seed: [pass@1 of each sampling seed]}``."""
+    groups = [v for v in by_train_seed.values() if v]
+    if not groups:
+        return {"pass@1": None, "train_seed_std": None, "sample_seed_std": None, "n_train_seeds": 0,
+                "n_sample_seeds": 0}
+    means = [statistics.fmean(v) for v in groups]
+    within = [statistics.stdev(v) if len(v) > 1 else None for v in groups]
+    return {"pass@1": statistics.fmean(means),
+            "train_seed_std": statistics.stdev(means) if len(means) > 1 else None,
+            "sample_seed_std": None if None in within else statistics.fmean(within),
+            "n_train_seeds": len(groups), "n_sample_seeds": min(len(v) for v in groups)}
+
+
+def table_entries(study: Study, rows: dict[str, dict]) -> list[dict]:
+    """One entry per (model, sampler, NFE) of the plan, in plan order, from the rows by cell id;
+    ``complete`` says whether every cell of the entry has its row."""
+    entries = []
+    for model in study.plan.models:
+        for sampler in (s for s in study.plan.samplers if study.applies(model, s)):
+            for nfe in study.plan.nfes:
+                by_seed: dict[int, list[float]] = defaultdict(list)
+                cells = [c for c in study.eval_cells() if (c.model, c.sampler, c.nfe) == (model, sampler, nfe)]
+                found = [rows[c.id] for c in cells if c.id in rows]
+                for cell in cells:
+                    if cell.id in rows:
+                        by_seed[cell.train_seed].append(rows[cell.id]["pass@1"])
+                matches = [r["token_match"] for r in found if "token_match" in r]
+                entries.append({"model": model, "sampler": sampler, "nfe": nfe, **spreads(by_seed),
+                                "token_match": statistics.fmean(matches) if matches else None,
+                                "cells": len(found), "complete": len(found) == len(cells)})
+    return entries
+
+
+def build_report(study: Study, rows: dict[str, dict], run_dirs: dict[str, Path]) -> dict:
+    """Everything ``results.json`` holds: the plan, the table, the training cells and the rows."""
+    training = {}
+    for cell_id, folder in run_dirs.items():
+        curve = read_jsonl(Path(folder) / "accuracy_curve.jsonl", missing_ok=True)
+        training[cell_id] = {"run_dir": str(folder), "steps": curve[-1]["step"] if curve else None,
+                             "train_seconds": round(curve[-1]["train_seconds"], 1) if curve else None}
+    ordered = [rows[c.id] for c in study.eval_cells() if c.id in rows]
+    table = table_entries(study, rows)
+    return {"identity": study.identity(), "plan": study.to_dict(),
+            "problems": {"split": study.base.eval.split, "level": study.base.data.toy_level,
+                         "limit": study.base.eval.limit, "n": ordered[0]["n_problems"] if ordered else None},
+            "complete": all(e["complete"] for e in table), "table": table, "training": training, "rows": ordered}
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}"
+
+
+def format_table(report: dict) -> str:
+    """The table as Markdown, with a header saying what each number is."""
+    p = report["problems"]
+    lines = [f"pass@1 (%) on {p['n']} held-out {LEVEL_NAMES.get(p['level'], p['level'])} problems "
+             f"({p['split']} split). ± train: std (n − 1) over training seeds of the per-seed means; "
+             "± sample: mean over training seeds of the std (n − 1) over sampling seeds; token match: share of "
+             "the gold answer's tokens in place (%), mean over the cells.", "",
+             "| model | sampler | NFE | pass@1 | ± train | ± sample | token match | seeds (train × sample) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for e in report["table"]:
+        seeds = f"{e['n_train_seeds']} × {e['n_sample_seeds']}" + ("" if e["complete"] else " (incomplete)")
+        numbers = " | ".join(_pct(e[k]) for k in ("pass@1", "train_seed_std", "sample_seed_std", "token_match"))
+        lines.append(f"| {e['model']} | {e['sampler']} | {e['nfe']} | {numbers} | {seeds} |")
+    return "\n".join(lines)
+
+
+def plot_pass1_vs_nfe(report: dict, path: Path) -> None:
+    """pass@1 against NFE, one panel per model, one line per sampler; error bars are the spread
+    over training seeds."""
+    plt = _pyplot()
+    models = list(dict.fromkeys(e["model"] for e in report["table"]))
+    cols = min(len(models), 3)
+    rows = -(-len(models) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), sharey=True, squeeze=False)
+    samplers = list(dict.fromkeys(e["sampler"] for e in report["table"]))
+    for ax, model in zip(axes.flat, models, strict=False):
+        for sampler in samplers:
+            line = [e for e in report["table"] if (e["model"], e["sampler"]) == (model, sampler)
+                    and e["pass@1"] is not None]
+            if not line:
+                continue
+            k = samplers.index(sampler)
+            ax.errorbar([e["nfe"] for e in line], [100 * e["pass@1"] for e in line],
+                        yerr=[100 * (e["train_seed_std"] or 0.0) for e in line], fmt=("-o", "--s", ":^", "-.d")[k % 4],
+                        color=f"C{k}", capsize=3, label=sampler)
+        nfes = sorted({e["nfe"] for e in report["table"]})
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(nfes, [str(n) for n in nfes])
+        ax.set_title(model, fontsize=9)
+        ax.set_xlabel("NFE")
+        ax.set_ylim(0, max(ax.get_ylim()[1], 10.0))  # an all-zero panel still reads as percent
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(models):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("pass@1 (%), ± training-seed std")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_outputs(out: Path, report: dict) -> list[Path]:
+    """Write ``results.json``, ``table.md`` and ``pass1_vs_nfe.png``; return their paths."""
+    paths = [out / "results.json", out / "table.md", out / "pass1_vs_nfe.png"]
+    paths[0].write_text(json.dumps(report, indent=2) + "\n")
+    paths[1].write_text(format_table(report) + "\n")
+    plot_pass1_vs_nfe(report, paths[2])
+    return paths

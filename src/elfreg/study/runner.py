@@ -1,0 +1,176 @@
+"""Run a study's cells into one folder, resumably.
+
+Layout of ``--out``::
+
+    .lock            held for the life of the run (a second study or demo refuses the folder)
+    plan.json        the resolved plan and its identity
+    runs/<model>/t<seed>/   one training cell: an ordinary ``elfreg train`` folder
+    results.jsonl    one row per finished evaluation cell, appended as each one ends
+    results.json, table.md, pass1_vs_nfe.png   written when every cell is done (:mod:`.report`)
+
+Training goes through the demo's :func:`~elfreg.toy.demo.train_variant` (``elfreg.train``'s
+resumable, locked loop; a finished run is reused), evaluation through the demo's
+:func:`~elfreg.toy.demo.evaluate` (the toy scorer, one sampling seed per cell). A re-run after a
+kill skips every cell whose row is in ``results.jsonl``, resumes an interrupted training from its
+newest intact checkpoint, and drops a row cut mid-write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from elfreg.checkpoint import open_checkpoint, resolve_checkpoint
+from elfreg.jsonl import append_jsonl, drop_cut_last_line, read_jsonl
+from elfreg.runs import GracefulInterrupt, locked
+from elfreg.study.plan import EvalCell, Study, TrainCell
+from elfreg.study.report import build_report, write_outputs
+from elfreg.text.load import FrozenText, load_frozen_text
+from elfreg.toy.demo import evaluate, heldout_problems, train_variant
+
+PLAN_FILE = "plan.json"
+ROWS_FILE = "results.jsonl"
+MADE_BY_A_STUDY = ("runs", ROWS_FILE, PLAN_FILE, "results.json", "table.md", "pass1_vs_nfe.png")
+
+
+class StudyInterrupted(RuntimeError):
+    """SIGINT or SIGTERM stopped the study after a finished cell."""
+
+    exit_status = 130
+
+
+def run_dir(out: Path, cell: TrainCell) -> Path:
+    return out / "runs" / cell.model / f"t{cell.train_seed}"
+
+
+def stored_identity(out: Path) -> str | None:
+    """The identity of the plan that ``out`` holds (None for a folder without one)."""
+    path = out / PLAN_FILE
+    return json.loads(path.read_text())["identity"] if path.exists() else None
+
+
+def claim_folder(study: Study, out: Path, overwrite: bool = False) -> None:
+    """Make ``out`` the folder of ``study``: record its plan, or check that the plan recorded
+    there is this one. Another plan's folder is refused in one line; ``overwrite`` discards what
+    that plan made there (training runs included) first. A folder that holds anything but a
+    study is refused whatever ``overwrite`` says."""
+    held = stored_identity(out)
+    if held is None and out.is_dir():
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in (".lock", f".{PLAN_FILE}.tmp"))
+        if foreign:
+            raise ValueError(f"{out} is not a study folder (it holds {', '.join(foreign[:3])}"
+                             f"{', ...' if len(foreign) > 3 else ''}); choose an empty or new --out")
+    if held is not None and held != study.identity():
+        if not overwrite:
+            raise ValueError(f"{out} holds the cells of another plan (identity {held}, this plan "
+                             f"{study.identity()}); choose another --out, or pass --overwrite to discard them")
+        for name in MADE_BY_A_STUDY:
+            path = out / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+    if held != study.identity():
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = out / f".{PLAN_FILE}.tmp"
+        tmp.write_text(json.dumps({"identity": study.identity(), "plan": study.to_dict()}, indent=2) + "\n")
+        os.replace(tmp, out / PLAN_FILE)
+
+
+def finished_rows(out: Path, repair: bool = True) -> dict[str, dict]:
+    """Rows of finished evaluation cells by cell id. A row cut by a kill is dropped from the
+    file first; with ``repair`` false nothing is written and such a row is only skipped."""
+    path = out / ROWS_FILE
+    if not path.exists():
+        return {}
+    if repair:
+        drop_cut_last_line(path)
+        return {row["cell"]: row for row in read_jsonl(path)}
+    rows = {}
+    for line in path.read_bytes().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a kill
+        rows[row["cell"]] = row
+    return rows
+
+
+def training_done(study: Study, out: Path, cell: TrainCell) -> bool:
+    ckpt = resolve_checkpoint(run_dir(out, cell))
+    return ckpt is not None and open_checkpoint(ckpt).meta["step"] >= study.models[cell.model].train.steps
+
+
+def status(study: Study, out: Path) -> dict:
+    """What is done in ``out`` for ``study``, without touching anything (``--dry-run``)."""
+    held = stored_identity(out) if out.is_dir() else None
+    same = held == study.identity()
+    rows = finished_rows(out, repair=False) if same else {}
+    cells = []
+    for cell in study.train_cells():
+        evals = study.eval_cells(cell)
+        cells.append({"cell": cell.id, "trained": same and training_done(study, out, cell),
+                      "eval_cells": len(evals), "eval_done": sum(c.id in rows for c in evals)})
+    return {"out": str(out), "identity": study.identity(), "held_identity": held, "training": cells}
+
+
+def _say(message: str, progress: bool) -> None:
+    if progress:
+        print(message, file=sys.stderr, flush=True)
+
+
+def _row(cell: EvalCell, study: Study, result: dict, n_problems: int, seconds: float, step: int) -> dict:
+    return {"cell": cell.id, "model": cell.model, "train_seed": cell.train_seed, "sampler": cell.sampler,
+            "nfe": cell.nfe, "sample_seed": cell.sample_seed, "pass@1": result["mean"],
+            "token_match": result["token_match"], "nfe_used": result["nfe_used"], "n_problems": n_problems,
+            "checkpoint_step": step, "eval_seconds": round(seconds, 3), "sample": asdict(study.sample_config(cell))}
+
+
+def run_study(study: Study, out: str | Path, overwrite: bool = False, progress: bool = True) -> dict:
+    """Run every cell of ``study`` not yet done in ``out`` (locked meanwhile), then write the
+    report; returns it (:func:`~elfreg.study.report.build_report`)."""
+    out = Path(out)
+    with locked(out, what="study folder"):
+        claim_folder(study, out, overwrite)
+        t0 = time.perf_counter()
+        rows = finished_rows(out)
+        frozen: dict[str, FrozenText] = {}
+        cells = study.train_cells()
+        for k, cell in enumerate(cells, 1):
+            todo = [c for c in study.eval_cells(cell) if c.id not in rows]
+            if not todo:
+                continue
+            cfg = study.run_config(cell, run_dir(out, cell), progress)
+            problems = heldout_problems(cfg)
+            _say(f"[{k}/{len(cells)}] {cell.id}: training ({cfg.train.steps} steps)", progress)
+            train_variant(cfg, problems)
+            ckpt = open_checkpoint(cfg.train.out_dir)
+            student = ckpt.load_student(use_ema=True)
+            key = json.dumps(asdict(cfg.text), sort_keys=True)
+            if key not in frozen:
+                frozen[key] = load_frozen_text(cfg.text, with_teacher=False)
+            bar = tqdm(todo, desc=f"[{k}/{len(cells)}] {cell.id} evaluation cells", disable=not progress,
+                       dynamic_ncols=True)
+            with GracefulInterrupt() as stop:
+                for ecell in bar:
+                    start = time.perf_counter()
+                    result = evaluate(student, frozen[key], problems, cfg, study.sample_config(ecell), 1,
+                                      progress=False, seed=ecell.sample_seed)
+                    row = _row(ecell, study, result, len(problems), time.perf_counter() - start,
+                               ckpt.meta["step"])
+                    append_jsonl(out / ROWS_FILE, row)
+                    rows[ecell.id] = row
+                    if stop.requested:
+                        raise StudyInterrupted(f"interrupted by {stop.signal_name} after evaluation cell {ecell.id}; "
+                                               "run the same command to resume")
+        report = build_report(study, rows, {c.id: run_dir(out, c) for c in cells})
+        report["run_seconds"] = round(time.perf_counter() - t0, 1)
+        report["outputs"] = [str(p) for p in write_outputs(out, report)]
+        return report

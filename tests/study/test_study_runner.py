@@ -1,0 +1,159 @@
+"""The study runner on the quick plan at test size (the tiny frozen LMs, 4 training steps, 4
+held-out problems): outputs, resume after failures in evaluation and in training without
+redoing a finished cell, a cut row, the folder's plan identity and its lock."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+import elfreg.study.runner as runner
+import elfreg.train.loop as loop
+from elfreg.cli import main
+from elfreg.runs import FolderInUse, locked
+from elfreg.study.plan import load_plan
+
+from conftest import tiny_config
+
+QUICK = Path(__file__).resolve().parents[2] / "configs" / "study-quick.yaml"
+EVALUATE, TRAIN_STEP = runner.evaluate, loop.train_step
+
+
+@pytest.fixture
+def plan_args(tiny_assets, tmp_path):
+    """Overrides that run configs/study-quick.yaml on the tiny test assets with 4 training steps."""
+    base = tiny_config(tiny_assets, tmp_path, data={"toy_count": 64}, eval={"limit": 4}).to_dict()
+    return [f"base={json.dumps(base)}", "overrides={}"]
+
+
+def _counting(monkeypatch, fail_eval_at=None, fail_train=None):
+    """Count finished evaluations (by cell) and training steps (by run folder); raise in the
+    ``fail_eval_at``-th evaluation or in the given (run folder name, step) of training."""
+    counts = {"evals": 0, "steps": {}}
+
+    def counted_evaluate(*args, **kwargs):
+        if fail_eval_at is not None and counts["evals"] + 1 == fail_eval_at:
+            raise RuntimeError("injected failure in evaluation")
+        result = EVALUATE(*args, **kwargs)
+        counts["evals"] += 1
+        return result
+
+    def counted_step(run, step):
+        key = str(Path(run.run_dir).relative_to(Path(run.run_dir).parents[1]))
+        if fail_train == (key, step):
+            raise RuntimeError("injected failure in training")
+        result = TRAIN_STEP(run, step)
+        counts["steps"][key] = counts["steps"].get(key, 0) + 1
+        return result
+
+    monkeypatch.setattr(runner, "evaluate", counted_evaluate)
+    monkeypatch.setattr(loop, "train_step", counted_step)
+    return counts
+
+
+def _strip(rows):
+    return [{k: v for k, v in r.items() if k != "eval_seconds"} for r in rows]
+
+
+def test_a_killed_study_resumes_without_redoing_a_cell(plan_args, tmp_path, monkeypatch, capsys):
+    study = load_plan(QUICK, plan_args)
+    cells = [c.id for c in study.eval_cells()]
+    assert len(cells) == 40 and len(study.train_cells()) == 4
+
+    # uninterrupted, through the command
+    straight = tmp_path / "straight"
+    assert main(["study", "--plan", str(QUICK), "--out", str(straight), "--no-progress", *plan_args]) == 0
+    printed = capsys.readouterr().out
+    assert "| elf-reg | reg-off | 16 |" in printed and "| elf | reg-off |" not in printed
+    for name in ("plan.json", "results.jsonl", "results.json", "table.md", "pass1_vs_nfe.png"):
+        assert (straight / name).stat().st_size > 0
+    expected = json.loads((straight / "results.json").read_text())
+    assert expected["complete"] and [r["cell"] for r in expected["rows"]] == cells
+    assert all(r["n_problems"] == 4 and r["checkpoint_step"] == 4 for r in expected["rows"])
+
+    # the same plan again, stopped twice: in the 11th evaluation (elf/t1 trained, 2 of its cells done) ...
+    out = tmp_path / "resumed"
+    counts = _counting(monkeypatch, fail_eval_at=11)
+    with pytest.raises(RuntimeError, match="injected failure in evaluation"):
+        runner.run_study(study, out, progress=False)
+    assert len((out / "results.jsonl").read_text().splitlines()) == 10
+    done = {c["cell"]: (c["trained"], c["eval_done"]) for c in runner.status(study, out)["training"]}
+    assert done == {"elf/t0": (True, 8), "elf/t1": (True, 2), "elf-reg/t0": (False, 0), "elf-reg/t1": (False, 0)}
+    # ... then in the third step of elf-reg/t0, after its checkpoint at step 2
+    first = counts
+    counts = _counting(monkeypatch, fail_train=("elf-reg/t0", 2))
+    with pytest.raises(RuntimeError, match="injected failure in training"):
+        runner.run_study(study, out, progress=False)
+    assert counts["steps"] == {"elf-reg/t0": 2} and counts["evals"] == 6
+    with open(out / "results.jsonl", "a") as f:
+        f.write('{"cell": "elf-reg/t0/early-st')  # a row cut by a kill -9
+    second = counts
+    counts = _counting(monkeypatch)
+    report = runner.run_study(study, out, progress=False)
+
+    # every training step and every evaluation ran exactly once over the three attempts
+    steps = {k: first["steps"].get(k, 0) + second["steps"].get(k, 0) + counts["steps"].get(k, 0)
+             for k in ("elf/t0", "elf/t1", "elf-reg/t0", "elf-reg/t1")}
+    assert steps == {"elf/t0": 4, "elf/t1": 4, "elf-reg/t0": 4, "elf-reg/t1": 4}
+    assert first["evals"] + second["evals"] + counts["evals"] == 40
+    lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["cell"] for r in lines) == sorted(cells)
+    # and the outcome is the uninterrupted run's, row by row and in the table
+    assert report["table"] == expected["table"]
+    assert _strip(report["rows"]) == _strip(expected["rows"])
+    assert (out / "table.md").read_text() == (straight / "table.md").read_text()
+
+    # a finished study runs nothing when asked again
+    counts = _counting(monkeypatch)
+    runner.run_study(study, out, progress=False)
+    assert counts == {"evals": 0, "steps": {}}
+
+
+def test_the_folder_belongs_to_one_plan(plan_args, tmp_path, capsys):
+    study = load_plan(QUICK, plan_args)
+    out = tmp_path / "study"
+    runner.claim_folder(study, out)
+    (out / "runs" / "elf" / "t0").mkdir(parents=True)
+    (out / "results.jsonl").write_text('{"cell": "elf/t0/early-stop/nfe4/s0"}\n')
+    runner.claim_folder(study, out)  # the same plan: kept as it is
+    assert (out / "results.jsonl").exists()
+    args = ["study", "--plan", str(QUICK), "--out", str(out), "--no-progress", *plan_args, "sample_seeds=[0]"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"elfreg study: error: {out} holds the cells of another plan") and "\n" not in err
+    assert (out / "results.jsonl").exists()
+    other = load_plan(QUICK, [*plan_args, "sample_seeds=[0]"])
+    assert main([*args[:1], "--dry-run", *args[1:]]) == 0
+    assert "the folder holds another plan" in capsys.readouterr().out
+    runner.claim_folder(other, out, overwrite=True)
+    assert not (out / "results.jsonl").exists() and not (out / "runs").exists()
+    assert runner.stored_identity(out) == other.identity()
+    with locked(out, what="study folder"), pytest.raises(FolderInUse, match="in use"):
+        runner.run_study(other, out, progress=False)
+    demo = tmp_path / "demo"
+    (demo / "elf-reg").mkdir(parents=True)
+    (demo / "results.json").write_text("{}")
+    with pytest.raises(ValueError, match=f"^{demo} is not a study folder .it holds elf-reg, results.json.; choose"):
+        runner.claim_folder(study, demo, overwrite=True)
+
+
+def test_a_signal_during_evaluation_stops_after_the_cell(plan_args, tmp_path, monkeypatch):
+    study = load_plan(QUICK, [*plan_args, "models=[elf]", "train_seeds=[0]", "samplers=[early-stop]", "nfes=[4]"])
+
+    def interrupted_evaluate(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # as from `kill`, while the first cell is sampled
+        return EVALUATE(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "evaluate", interrupted_evaluate)
+    with pytest.raises(runner.StudyInterrupted, match="interrupted by SIGTERM after evaluation cell elf/t0/early-stop/"
+                                                      "nfe4/s0; run the same command to resume") as err:
+        runner.run_study(study, tmp_path / "out", progress=False)
+    assert err.value.exit_status == 130
+    assert len((tmp_path / "out" / "results.jsonl").read_text().splitlines()) == 1
+    counts = _counting(monkeypatch)
+    assert runner.run_study(study, tmp_path / "out", progress=False)["complete"]
+    assert counts == {"evals": 1, "steps": {}}
