@@ -24,6 +24,7 @@ _COMMAND_MODULES = [
     "elfreg.sampling.cli",
     "elfreg.eval.cli",
     "elfreg.data.cli",
+    "elfreg.analysis.cli",
     "elfreg.toy.demo",
 ]
 DEBUG_ENV = "ELFREG_DEBUG"
