@@ -125,7 +125,7 @@ def _split_task(args: argparse.Namespace, trained: Any, name: str, folder: Path)
 
 
 def run_trajectory(args: argparse.Namespace) -> int:
-    from .measure import Plan
+    from .measure import Plan, master_sample
 
     plan = Plan.make(args.master, args.nfes, args.observe_every, args.flip_nfe, args.acceleration)
     if not args.seeds or args.limit < 0 or args.batch_size < 1:
@@ -150,10 +150,10 @@ def run_trajectory(args: argparse.Namespace) -> int:
         task = get_task(name, source=args.source, data_dir=args.data_dir)
         task.use_trained_template(trained.data.template)
         task_id = task.identity()
-    identity = {"kind": "trajectory", "task": task_id, "checkpoint": str(ckpt), "sample": dataclasses.asdict(sample),
-                "master": plan.master, "nfes": list(plan.nfes), "observations": list(plan.observe),
-                "flip_nfe": plan.flip_nfe, "acceleration": plan.uniform, "seeds": list(args.seeds),
-                "limit": args.limit, "precision": args.precision}
+    identity = {"kind": "trajectory", "task": task_id, "checkpoint": str(ckpt), "master": plan.master,
+                "nfes": list(plan.nfes), "observations": list(plan.observe), "flip_nfe": plan.flip_nfe,
+                "acceleration": plan.uniform, "seeds": list(args.seeds), "limit": args.limit,
+                "sample": dataclasses.asdict(master_sample(sample, plan.master)), "precision": args.precision}
     folder = check_writable(args.out)
     with locked(folder, what="analysis folder"), GracefulInterrupt() as stop:
         claim(folder, identity, args.overwrite)
