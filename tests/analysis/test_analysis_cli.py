@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+import elfreg.analysis.cli as analysis_cli
 import elfreg.analysis.measure as measure
 from elfreg.cli import main
 
@@ -99,3 +100,37 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert main(["analyze", "trajectory", "--checkpoint", str(tmp_path), "--task", "gsm8k", "--out",
                  str(tmp_path / "o"), "--nfes", "4,600"]) == 2
     assert "every NFE must be in [2, master = 512]" in capsys.readouterr().err
+
+
+class _StopAfterOneBatch:
+    """GracefulInterrupt as if SIGTERM arrived during the first batch."""
+
+    signal_name = "SIGTERM"
+
+    def __init__(self):
+        self.asked = 0
+
+    @property
+    def requested(self):
+        self.asked += 1
+        return self.asked > 1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+def test_a_stop_keeps_the_rows_done_and_the_rerun_finishes(checkpoint, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    quick = ["--seeds", "0", "--acceleration", "0", "--batch-size", "1"]
+    monkeypatch.setattr(analysis_cli, "GracefulInterrupt", _StopAfterOneBatch)
+    assert _analyze(checkpoint, out, *quick) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "stopped by SIGTERM" in err and "run the same command again" in err
+    assert len((out / "rows.jsonl").read_text().splitlines()) == 1 and not (out / "table11.json").exists()
+    monkeypatch.undo()
+    assert _analyze(checkpoint, out, *quick) == 0
+    assert len((out / "rows.jsonl").read_text().splitlines()) == 2
+    assert json.loads((out / "table11.json").read_text())["pairs"] == 2

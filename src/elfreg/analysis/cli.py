@@ -128,8 +128,9 @@ def run_trajectory(args: argparse.Namespace) -> int:
     from .measure import Plan, master_sample
 
     plan = Plan.make(args.master, args.nfes, args.observe_every, args.flip_nfe, args.acceleration)
-    if not args.seeds or args.limit < 0 or args.batch_size < 1:
-        raise AnalysisError("--seeds needs at least one seed, --limit must be >= 0 and --batch-size >= 1")
+    if not args.seeds or len(set(args.seeds)) != len(args.seeds) or args.limit < 0 or args.batch_size < 1:
+        raise AnalysisError(f"--seeds needs distinct seeds (got {args.seeds}), --limit must be >= 0 and "
+                            "--batch-size >= 1")
     ckpt = resolve_checkpoint(args.checkpoint)
     if ckpt is None:
         raise AnalysisError(f"no checkpoint at {args.checkpoint} (expected model.safetensors or checkpoints/latest)")
