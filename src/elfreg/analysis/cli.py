@@ -18,8 +18,9 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..checkpoint import open_checkpoint, resolve_checkpoint
 from ..device import PRECISIONS
@@ -28,6 +29,10 @@ from ..eval.tasks import Task, canonical_task_name, get_task
 from ..jsonl import append_jsonl, drop_cut_last_line, read_jsonl
 from ..plugins import DATA_SOURCES, lookup, registered_names
 from ..runs import GracefulInterrupt, locked
+
+if TYPE_CHECKING:
+    from ..config import Config, SampleConfig
+    from .measure import Plan
 
 CONFIG_NAME = "analysis_config.json"
 ROWS_NAME = "rows.jsonl"
@@ -114,7 +119,7 @@ def claim(folder: Path, identity: dict[str, Any], overwrite: bool) -> bool:
     return False
 
 
-def _split_task(args: argparse.Namespace, trained: Any, name: str, folder: Path) -> Task:
+def _split_task(args: argparse.Namespace, trained: Config, name: str, folder: Path) -> Task:
     """The checkpoint's own data source at ``--split``, written to ``problems.jsonl`` as GSM8K rows."""
     loader = lookup(DATA_SOURCES, trained.data.source)
     data = dataclasses.replace(trained.data, split=args.split, toy_count=args.limit or trained.data.toy_count)
@@ -191,8 +196,8 @@ def _saved(path: Path, expected: set[tuple[str, int]]) -> dict[tuple[str, int], 
     return done
 
 
-def _run(args: argparse.Namespace, plan: Any, sample: Any, ckpt: Path, task: Task, problems: list[dict[str, Any]],
-         folder: Path, should_stop: Any) -> list[dict[str, Any]] | None:
+def _run(args: argparse.Namespace, plan: Plan, sample: SampleConfig, ckpt: Path, task: Task,
+         problems: list[dict[str, Any]], folder: Path, should_stop: Callable[[], bool]) -> list[dict[str, Any]] | None:
     """Every (problem, seed) row, computing and appending the missing ones; None when stopped."""
     from tqdm.auto import tqdm
 
@@ -235,7 +240,7 @@ def _run(args: argparse.Namespace, plan: Any, sample: Any, ckpt: Path, task: Tas
     return [done[key] for key in expected]
 
 
-def _report(rows: list[dict[str, Any]], plan: Any, config: dict[str, Any], folder: Path, lipschitz: float) -> None:
+def _report(rows: list[dict[str, Any]], plan: Plan, config: dict[str, Any], folder: Path, lipschitz: float) -> None:
     from .report import format_table, plot, summarize
 
     summary = summarize(rows, plan, lipschitz, config)

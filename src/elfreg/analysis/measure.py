@@ -144,7 +144,7 @@ def _readout(tr: Trajectory, s: int, end: torch.Tensor, eos: int, tokenizer: Any
             "text": answer_text(tokenizer, answer_token_ids(tr.tokens[s], eos))}
 
 
-def pair_rows(master: GenerationResult, uniform: GenerationResult | None, plan: Plan, eos: int,
+def pair_row(master: GenerationResult, uniform: GenerationResult | None, plan: Plan, eos: int,
               tokenizer: Any, c_min: float) -> dict[str, Any]:
     """The unscored row of one (problem, seed): every reported NFE's readout against the endpoint."""
     tr = master.trajectory
@@ -167,7 +167,7 @@ def pair_rows(master: GenerationResult, uniform: GenerationResult | None, plan: 
 
 def measure_batch(models: SamplingModels, prompts: list[str], seed: int, plan: Plan, sample: SampleConfig, *,
                   batch_size: int, precision: str) -> list[dict[str, Any]]:
-    """Unscored rows (see :func:`pair_rows`) with Prop. 2's ``prop2`` for ``prompts`` at ``seed``."""
+    """Unscored rows (see :func:`pair_row`) with Prop. 2's ``prop2`` for ``prompts`` at ``seed``."""
     common = dict(seed=seed, batch_size=batch_size, precision=precision, progress=False)
     masters = generate(models, prompts, master_sample(sample, plan.master),
                        record_steps=[n - 2 for n in plan.observe], **common)
@@ -181,7 +181,7 @@ def measure_batch(models: SamplingModels, prompts: list[str], seed: int, plan: P
     states, masks = _prompt_states(models, prompts, device)
     rows = []
     for b, (m, u) in enumerate(zip(masters, uniforms, strict=True)):
-        row = pair_rows(m, u, plan, eos, tokenizer, c_min)
+        row = pair_row(m, u, plan, eos, tokenizer, c_min)
         early = [n for n in plan.nfes if n < plan.master]
         errors, margin = decoder_stability(net, states[b], masks[b], m.trajectory,
                                            [plan.observe.index(n) for n in early], sample.sc_cfg,
