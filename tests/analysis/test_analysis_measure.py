@@ -4,6 +4,8 @@ construction, and Prop. 2's head-space condition is a certificate."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +77,10 @@ def test_prop2_on_the_head_is_a_certificate_and_prop1_rows_have_their_shapes(mod
         acc = r["acceleration"]
         assert len(acc["a"]) == 3 and len(acc["A"]) == len(acc["error"]) == 4
         assert acc["A"] == sorted(acc["A"], reverse=True) and all(a >= 0 for a in acc["a"])
+
+
+def test_importing_the_analysis_leaves_sampling_generate_the_function():
+    # a first import of the submodule elfreg.sampling.generate would shadow the package's lazy export
+    code = ("import types, elfreg.analysis.measure\nfrom elfreg.sampling import generate\n"
+            "assert not isinstance(generate, types.ModuleType), generate")
+    subprocess.run([sys.executable, "-c", code], check=True)
