@@ -9,7 +9,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "elfreg"
 CORE_ROOMS = ("text", "model", "flow", "sampling")
-HARNESSES = ("toy", "eval", "train", "data", "study")
+HARNESSES = ("toy", "eval", "train", "data", "study", "analysis")
 
 
 def _modules() -> list[Path]:
@@ -50,6 +50,19 @@ def test_import_directions(path):
     if room not in ("toy", "study", "cli"):
         bad = {n for n in names if n.startswith("elfreg.toy")}
         assert not bad, f"only toy/, study/ and the CLI entry point may name a toy module: {sorted(bad)}"
+
+
+# What the analysis room may read: settings, the sampling room, the tasks' checkers, and the shared
+# checkpoint, file, folder and plug-in helpers (eval.outdir for the output folder's identity).
+ANALYSIS_IMPORTS = ("config", "device", "sampling", "eval.tasks", "eval.outdir", "checkpoint", "jsonl", "runs",
+                    "plugins", "analysis")
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "analysis").glob("*.py")), ids=lambda p: p.name)
+def test_the_analysis_room_imports_only_its_table(path):
+    bad = {n for n in _imported(path) if n != "elfreg"
+           and not any(n == f"elfreg.{m}" or n.startswith(f"elfreg.{m}.") for m in ANALYSIS_IMPORTS)}
+    assert not bad, f"analysis/ may import only {ANALYSIS_IMPORTS}: {sorted(bad)}"
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))

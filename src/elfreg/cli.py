@@ -26,6 +26,7 @@ _COMMAND_MODULES = [
     "elfreg.sampling.cli",
     "elfreg.eval.cli",
     "elfreg.data.cli",
+    "elfreg.analysis.cli",
     "elfreg.toy.demo",
     "elfreg.study.cli",
 ]

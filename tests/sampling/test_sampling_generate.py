@@ -123,6 +123,22 @@ def test_trajectory_recording_is_free_and_faithful(student, frozen, tmp_path):
     assert back.info["nfe_budget"] == 9
 
 
+def test_recording_named_steps(student, frozen):
+    def run(**kw):
+        return generate(student, PROMPTS[:2], SampleConfig(nfe=12), frozen_text=frozen, seed=3, progress=False, **kw)
+
+    plain, every, named, both = run(), run(record_every=1), run(record_steps={2, 6}), \
+        run(record_every=4, record_steps={5})
+    assert [r.tokens for r in named] == [r.tokens for r in plain] == [r.tokens for r in both]
+    for e, r, b in zip(every, named, both, strict=True):
+        assert r.trajectory.steps.tolist() == [2, 6, 10]  # the named steps and the last one (d_{N−2})
+        assert b.trajectory.steps.tolist() == [0, 4, 5, 8, 10]
+        assert torch.equal(r.trajectory.predictions, e.trajectory.predictions[[2, 6, 10]])
+        assert torch.equal(r.trajectory.tokens, e.trajectory.tokens[[2, 6, 10]])
+    with pytest.raises(ValueError, match="record_steps"):
+        run(record_steps={-1})
+
+
 def test_renoise_and_adaptive_record_too(student, frozen):
     for sampler in ("renoise", "adaptive"):
         rec = _gen(student, frozen, PROMPTS[:2], sampler=sampler, seed=4, record_trajectory=True,

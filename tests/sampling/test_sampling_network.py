@@ -44,6 +44,15 @@ def test_decode_stopping_at_eos_gives_the_same_answers(student, chunk_positions)
     assert any(0 < n < r - 1 for n, r in zip(lengths, room, strict=True))  # answers end mid-canvas
 
 
+def test_decode_hidden_is_what_the_head_reads(student):
+    x, mask, reg, w = _inputs()
+    net = StudentNetwork(student)
+    hidden = net.decode_hidden(x, mask, reg, w)
+    assert hidden.shape == (*mask.shape, CFG.width)
+    ids = net.decode(x, mask, reg, w)
+    assert torch.equal(student.decode_logits(hidden[~mask]).argmax(-1), ids[~mask])
+
+
 def test_decode_stops_running_the_vocabulary_head_after_eos(student, monkeypatch):
     x, mask, reg, w = _inputs()
     seen = []

@@ -13,7 +13,7 @@ gone still samples.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Collection, Hashable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -87,7 +87,8 @@ def answer_text(tokenizer: PreTrainedTokenizerBase, tokens: list[int]) -> str:
 def generate(model: SamplingModels | Student | Network, prompts: list[str], sample: SampleConfig | None = None,
              *, frozen_text: FrozenText | None = None, flow: FlowConfig | None = None, samples: int = 1,
              seed: int = 0, answer_key: AnswerKey | None = None, batch_size: int = 8, precision: str | None = None,
-             record_every: int = 0, progress: bool = True) -> list[GenerationResult]:
+             record_every: int = 0, record_steps: Collection[int] = (),
+             progress: bool = True) -> list[GenerationResult]:
     """Generate ``samples`` answers for each prompt (spec §4): the one generation entry point.
 
     ``model`` is a loaded checkpoint (:func:`load_checkpoint`; its frozen encoder, flow config,
@@ -99,7 +100,8 @@ def generate(model: SamplingModels | Student | Network, prompts: list[str], samp
     maps an answer text to what adaptive exit compares between checks (default: the whole text).
     A :class:`Student` runs on its device under ``precision`` (``auto``:
     :func:`elfreg.device.resolve_precision`); any other network is used as it is.
-    ``record_every`` > 0 attaches a :class:`Trajectory` of every k-th step to every result.
+    ``record_every`` > 0 attaches a :class:`Trajectory` of every k-th step to every result;
+    ``record_steps`` (step indices j) records those steps instead or as well.
     """
     if isinstance(model, SamplingModels):
         frozen_text = frozen_text or model.frozen
@@ -140,7 +142,7 @@ def generate(model: SamplingModels | Student | Network, prompts: list[str], samp
         pick = torch.tensor([where[i] for i, _ in batch], device=device)
         seeds = [seed + j for _, j in batch]
         out = run_sampler(net, states[pick], canvas.prompt_mask.to(device)[pick], seeds, sample, flow,
-                          answer_key=check_key, record_every=record_every)
+                          answer_key=check_key, record_every=record_every, record_steps=record_steps)
         for k, (i, j) in enumerate(batch):
             tokens = answer_token_ids(out.token_ids[k], eos)
             results.append(GenerationResult(

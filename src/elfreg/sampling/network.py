@@ -87,17 +87,28 @@ class StudentNetwork:
         return out.x_hat.float(), None if out.reg_hat is None else out.reg_hat.float()
 
     @torch.no_grad()
+    def decode_hidden(self, x: torch.Tensor, prompt_mask: torch.Tensor, reg: torch.Tensor | None,
+                      w: torch.Tensor) -> torch.Tensor:
+        """The decode-mode hidden states h (B, L, width) that the vocabulary head maps to logits
+        (``student.decode_logits(h)``); one uncounted call, for analyses of the decoder."""
+        with autocast(self.device, self.bf16):
+            return self._decode_mode(x, prompt_mask, reg, w)
+
+    def _decode_mode(self, x: torch.Tensor, prompt_mask: torch.Tensor, reg: torch.Tensor | None,
+                     w: torch.Tensor) -> torch.Tensor:
+        b = x.shape[0]
+        out = self.student(x, torch.zeros_like(x), torch.ones(b, device=x.device), w, prompt_mask,
+                           decode=torch.ones(b, dtype=torch.bool, device=x.device), reg=reg, drop_reg=reg is None)
+        return out.hidden
+
+    @torch.no_grad()
     def decode(self, x: torch.Tensor, prompt_mask: torch.Tensor, reg: torch.Tensor | None,
                w: torch.Tensor) -> torch.Tensor:
-        b = x.shape[0]
-        ones = torch.ones(b, device=x.device)
         with autocast(self.device, self.bf16):
-            out = self.student(x, torch.zeros_like(x), ones, w, prompt_mask,
-                               decode=torch.ones(b, dtype=torch.bool, device=x.device), reg=reg,
-                               drop_reg=reg is None)
+            hidden = self._decode_mode(x, prompt_mask, reg, w)
             if self.eos_id is None:
-                return self._argmax_all(out.hidden, prompt_mask)
-            return self._argmax_until_eos(out.hidden, prompt_mask, self.eos_id)
+                return self._argmax_all(hidden, prompt_mask)
+            return self._argmax_until_eos(hidden, prompt_mask, self.eos_id)
 
     def _argmax_all(self, hidden: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
         h = hidden[~prompt_mask]

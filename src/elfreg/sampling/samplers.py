@@ -30,7 +30,7 @@ keep them at every step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass
 
 import torch
@@ -326,13 +326,13 @@ def _start(reg_dim: int | None, prompt_states: torch.Tensor, prompt_mask: torch.
 @torch.no_grad()
 def run_sampler(net: Network | Student, prompt_states: torch.Tensor, prompt_mask: torch.Tensor, seeds: list[int],
                 sample: SampleConfig, flow: FlowConfig | None = None, answer_key: CheckKey | None = None,
-                record_every: int = 0) -> SamplerOutput:
+                record_every: int = 0, record_steps: Collection[int] = ()) -> SamplerOutput:
     """Sample one batch: prompt states (B, L, d) with their mask (B, L), one seed per row.
 
     ``net`` is a :class:`Network` (a Student is wrapped in fp32 with a full argmax decode). σ and
     c_min come from ``flow`` (the checkpoint's flow config). ``answer_key`` is used by adaptive
     exit only; ``record_every`` > 0 records a :class:`Trajectory` per row (every k-th step and the
-    last).
+    last); ``record_steps`` records the steps j it names (and the last) instead or as well.
     """
     sample.validate()
     flow = flow or FlowConfig()
@@ -347,7 +347,8 @@ def run_sampler(net: Network | Student, prompt_states: torch.Tensor, prompt_mask
     prompt_states = prompt_states.float()
     noise = NoiseSource(seeds, prompt_states.device)
     w = torch.full((b,), float(sample.sc_cfg), device=prompt_states.device)
-    recorder = TrajectoryRecorder(raw, prompt_mask, w, record_every) if record_every else None
+    recording = bool(record_every or record_steps)
+    recorder = TrajectoryRecorder(raw, prompt_mask, w, record_every, record_steps) if recording else None
     ctx = BatchContext(CountingNetwork(raw, b), sample, flow, prompt_states, prompt_mask, noise, w, recorder)
 
     spec = sampler_spec(sample)

@@ -21,7 +21,8 @@ A = canvas length − prompt length: answer positions only (the prompt holds the
 states at every step). Token rows are the raw argmax over the whole answer region; the answer is
 the prefix before the first EOS. Decoding for a recording goes to the unwrapped network: it is
 not counted as NFE and changes nothing in the sampled result. ``every`` = k records steps
-0, k, 2k, … and always the last step of the sample.
+0, k, 2k, …, ``steps`` records the steps it names (both may be given; ``every`` = 0 with
+``steps`` records only those), and the last step of the sample is always recorded.
 
 Files are safetensors (tensors) with the scalar fields in the metadata:
 ``Trajectory.load(path)`` reads what ``save(path)`` wrote.
@@ -30,6 +31,7 @@ Files are safetensors (tensors) with the scalar fields in the metadata:
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,10 +85,14 @@ class Trajectory:
 class TrajectoryRecorder:
     """Collects per-step records for a batch of samples (see the module docstring)."""
 
-    def __init__(self, net: Network, prompt_mask: torch.Tensor, w: torch.Tensor, every: int = 1):
-        if every < 1:
-            raise ValueError(f"record_every must be >= 1; got {every}")
+    def __init__(self, net: Network, prompt_mask: torch.Tensor, w: torch.Tensor, every: int = 1,
+                 steps: Collection[int] = ()):
+        if every < 0 or (every == 0 and not steps):
+            raise ValueError(f"record_every must be >= 1 (or 0 with record_steps); got {every}")
+        if any(s < 0 for s in steps):
+            raise ValueError(f"record_steps must be >= 0; got {sorted(steps)}")
         self.net, self.prompt_mask, self.w, self.every = net, prompt_mask, w, every
+        self.steps = frozenset(int(s) for s in steps)
         n = prompt_mask.shape[0]
         self._records: list[list[dict[str, torch.Tensor | int | float]]] = [[] for _ in range(n)]
         self._pending: list[dict | None] = [None] * n
@@ -99,7 +105,7 @@ class TrajectoryRecorder:
             self._pending[r] = {"step": step, "t": float(t[k]), "state": state[k], "pred": pred[k],
                                 "reg_state": None if reg_state is None else reg_state[k],
                                 "reg_pred": None if reg_pred is None else reg_pred[k]}
-        if step % self.every == 0:
+        if (self.every and step % self.every == 0) or step in self.steps:
             self._commit(rows.tolist())
 
     def final(self, rows: torch.Tensor, ids: torch.Tensor) -> None:
