@@ -191,6 +191,9 @@ def no_gradient_sync(model: nn.Module, cfg: Config, last_micro: bool):
 
 
 def shutdown_distributed() -> None:
-    """End the process group this process started (after a finished run)."""
+    """End the process group this process started (after a finished run). Every rank meets at a
+    barrier first, so no rank tears down its communicator while another still has collectives
+    in flight (a gloo rank ended that way can abort)."""
     if dist.is_available() and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
