@@ -9,7 +9,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "elfreg"
 CORE_ROOMS = ("text", "model", "flow", "sampling")
-HARNESSES = ("toy", "eval", "train", "data")
+HARNESSES = ("toy", "eval", "train", "data", "interop")
 
 
 def _modules() -> list[Path]:

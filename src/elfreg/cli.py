@@ -27,6 +27,7 @@ _COMMAND_MODULES = [
     "elfreg.eval.cli",
     "elfreg.data.cli",
     "elfreg.toy.demo",
+    "elfreg.interop.cli",
 ]
 DEBUG_ENV = "ELFREG_DEBUG"
 
