@@ -138,3 +138,15 @@ def test_registered_name_and_bad_args_through_the_command(run_dir, tmp_path, mon
         monkeypatch.setenv(key, value)
     assert main(["lm-eval", "--checkpoint", str(run_dir), "--tasks", "no_such_task"]) == 2
     assert "unknown lm-eval task(s) no_such_task" in capsys.readouterr().err
+
+
+def test_without_lm_eval_the_command_fails_with_one_line(run_dir, monkeypatch, capsys):
+    """Without the extra the module still imports (the class works on plain requests, as above)
+    and ``elfreg lm-eval`` says what to install."""
+    from elfreg.cli import main
+    from elfreg.interop import lm_eval_adapter
+
+    monkeypatch.setattr(lm_eval_adapter, "_registry", None)
+    assert main(["lm-eval", "--checkpoint", str(run_dir), "--tasks", TASK]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == "elfreg lm-eval: error: lm-eval is not installed: pip install 'elfreg[lm-eval]' (lm-eval==0.4.13)"

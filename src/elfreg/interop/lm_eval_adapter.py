@@ -55,10 +55,14 @@ class UnsupportedRequest(ValueError):
     """A request type the model cannot answer; the message is one line."""
 
 
+class MissingExtra(RuntimeError):
+    """``lm_eval`` is not installed; the message says what to install."""
+
+
 def require_lm_eval() -> None:
     """Fail with one line unless ``lm_eval`` is importable."""
     if _registry is None:
-        raise ModuleNotFoundError("lm-eval is not installed: pip install 'elfreg[lm-eval]' (lm-eval==0.4.13)")
+        raise MissingExtra("lm-eval is not installed: pip install 'elfreg[lm-eval]' (lm-eval==0.4.13)")
 
 
 def parse_model_args(text: str) -> dict[str, Any]:
