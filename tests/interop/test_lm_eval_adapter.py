@@ -16,7 +16,7 @@ import pytest
 from elfreg.config import ConfigError
 from elfreg.data.examples import Example
 from elfreg.interop.lm_eval_adapter import ElfregLM, UnsupportedRequest, cut_at_stops, parse_model_args
-from elfreg.sampling.generate import generate, load_checkpoint
+from elfreg.sampling import generate, load_checkpoint
 from elfreg.train.loop import train
 
 ROOT = Path(__file__).resolve().parents[2]

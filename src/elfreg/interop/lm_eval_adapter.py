@@ -152,7 +152,7 @@ class ElfregLM(_Base):  # type: ignore[misc,valid-type]
                               f"got {options['precision']!r}")
         if options.get("batch_size", 8) < 1:
             raise ConfigError(f"config error: model_args.batch_size: must be >= 1, got {options['batch_size']}")
-        from ..sampling.generate import load_checkpoint
+        from ..sampling import load_checkpoint  # through the package's lazy exports (elfreg/sampling/__init__.py)
 
         self.models = load_checkpoint(options["checkpoint"], options.get("device", "auto"),
                                       options.get("precision", "auto"), use_ema=not options.get("raw_weights", False))
@@ -178,7 +178,8 @@ class ElfregLM(_Base):  # type: ignore[misc,valid-type]
 
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
         """One answer per request (``Instance.args`` = (context, gen_kwargs)), in request order."""
-        from ..sampling.generate import answer_text, generate
+        from ..sampling import generate  # first, through the package: the submodule import below then
+        from ..sampling.generate import answer_text  # leaves elfreg.sampling.generate bound to the function
 
         if not requests:
             return []
