@@ -9,7 +9,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "elfreg"
 CORE_ROOMS = ("text", "model", "flow", "sampling")
-HARNESSES = ("toy", "eval", "train", "data", "study", "analysis")
+HARNESSES = ("toy", "eval", "train", "data", "study", "analysis", "interop")
 
 
 def _modules() -> list[Path]:

@@ -29,6 +29,7 @@ _COMMAND_MODULES = [
     "elfreg.analysis.cli",
     "elfreg.toy.demo",
     "elfreg.study.cli",
+    "elfreg.interop.cli",
 ]
 DEBUG_ENV = "ELFREG_DEBUG"
 
