@@ -95,6 +95,15 @@ def test_demo_quick_end_to_end(tmp_path, monkeypatch):
     assert max(r["token_match"] for r in rows) > model["untrained"]["token_match"] + 0.03
     # nothing was written outside the output and cache folders
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "demo"]
+    # the trajectory analysis runs on the quick demo's checkpoint (its metrics are checked against
+    # hand-computed values in tests/analysis)
+    analysis = tmp_path / "analysis"
+    assert main(["analyze", "trajectory", "--checkpoint", str(out / "elf-reg"), "--task", "gsm8k", "--split", "test",
+                 "--limit", "3", "--master", "16", "--nfes", "4,8", "--seeds", "0", "--acceleration", "5",
+                 "--observe-every", "2", "--out", str(analysis), "--no-progress"]) == 0
+    table = json.loads((analysis / "table11.json").read_text())
+    end = {e["nfe"]: e for e in table["per_nfe"]}[16]
+    assert table["pairs"] == 3 and end["exact_agreement"] == end["answer_agreement"] == 1.0
 
 
 def test_the_precision_line_names_the_students_device_and_precision(monkeypatch):
