@@ -15,7 +15,14 @@ from typing import Any, Literal
 import yaml
 
 from .config_data import BENCHMARKS, PAPER_RECIPES, TEMPLATES, DataConfig, FilterConfig, SourceConfig
-from .strict import ConfigError, add_config_flags, apply_override, build_dataclass, config_flag_values
+from .strict import (
+    ConfigError,
+    add_config_flags,
+    apply_override,
+    build_dataclass,
+    config_flag_values,
+    read_yaml_mapping,
+)
 
 __all__ = [  # the parsing helpers of elfreg.strict are re-exported: callers import every config name from here
     "BENCHMARKS", "PAPER_RECIPES", "SAMPLERS", "TEMPLATES", "Config", "ConfigError", "DataConfig", "EvalConfig",
@@ -324,18 +331,7 @@ class Config:
     @classmethod
     def load(cls, path: str | Path, overrides: list[str] | None = None) -> Config:
         """Load a YAML file, then apply ``key.sub=value`` overrides (values parsed as YAML)."""
-        raw = Path(path).read_bytes()  # a missing file or a folder fails here, naming the path
-        try:
-            data = yaml.safe_load(raw.decode("utf-8")) or {}
-        except UnicodeDecodeError as err:
-            raise ConfigError(f"config error: {path}: not UTF-8 text (byte {err.start})") from None
-        except yaml.YAMLError as err:
-            where = getattr(err, "problem_mark", None)
-            at = f" at line {where.line + 1}" if where is not None else ""
-            raise ConfigError(f"config error: {path}: not valid YAML{at} ({getattr(err, 'problem', None) or err})"
-                              ) from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config error: {path}: top level must be a mapping")
+        data = read_yaml_mapping(path)
         for item in overrides or []:
             apply_override(data, item)
         return cls.from_dict(data)

@@ -11,6 +11,7 @@ import dataclasses
 import re
 import types
 import typing
+from pathlib import Path
 from typing import Any, Literal
 
 import yaml
@@ -53,6 +54,24 @@ def config_flag_values(args: argparse.Namespace, cls: type) -> dict[str, Any]:
 
 
 _FLOAT_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """The top-level mapping of a YAML file; a missing file, a folder, non-UTF-8 bytes, invalid
+    YAML (its line named) or a top level that is not a mapping fail with one line."""
+    raw = Path(path).read_bytes()  # a missing file or a folder fails here, naming the path
+    try:
+        data = yaml.safe_load(raw.decode("utf-8")) or {}
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"config error: {path}: not UTF-8 text (byte {err.start})") from None
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        raise ConfigError(f"config error: {path}: not valid YAML{at} ({getattr(err, 'problem', None) or err})"
+                          ) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config error: {path}: top level must be a mapping")
+    return data
 
 
 def apply_override(data: dict[str, Any], item: str) -> None:

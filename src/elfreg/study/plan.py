@@ -28,9 +28,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import yaml
-
 from elfreg.config import Config, ConfigError, SampleConfig, apply_override, build_dataclass
+from elfreg.strict import read_yaml_mapping
 
 FORMAT_VERSION = 1
 
@@ -132,22 +131,6 @@ def _flat(changes: dict, prefix: str = "") -> dict:
 def _prefixed(where: str, err: ConfigError) -> ConfigError:
     text = str(err).removeprefix("config error: ")
     return ConfigError(f"config error: {where}: {text}")
-
-
-def _read_yaml(path: Path) -> dict:
-    raw = path.read_bytes()  # a missing file or a folder fails here, naming the path
-    try:
-        data = yaml.safe_load(raw.decode("utf-8")) or {}
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"config error: {path}: not UTF-8 text (byte {err.start})") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"config error: {path}: not valid YAML{at} ({getattr(err, 'problem', None) or err})"
-                          ) from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"config error: {path}: top level must be a mapping")
-    return data
 
 
 @dataclass
@@ -278,7 +261,7 @@ def load_plan(path: str | Path, overrides: list[str] | None = None) -> Study:
     """Read a plan file, apply ``key=value`` overrides (``train_seeds=[0]``,
     ``overrides.train.steps=50``) and resolve it (:func:`resolve`)."""
     path = Path(path)
-    data = _read_yaml(path)
+    data = read_yaml_mapping(path)
     for item in overrides or []:
         apply_override(data, item)
     return resolve(build_dataclass(PlanFile, data), path.parent)
