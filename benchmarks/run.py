@@ -27,7 +27,7 @@ from perf.common import machine_description, peak_memory_bytes  # noqa: E402
 from perf.gemm import gemm_ceilings  # noqa: E402
 from perf.report import markdown  # noqa: E402
 from perf.sample import end_to_end, per_call  # noqa: E402
-from perf.train import Shape, train_section  # noqa: E402
+from perf.train import Shape, optimizer_section, train_section  # noqa: E402
 
 from elfreg.device import resolve_device, resolve_precision  # noqa: E402
 
@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for shape in cfg["train_shapes"]:
             section = train_section(shape, precision, ceiling, repeats, device)
             section["modelled_end_to_end"] = modelled_end_to_end(shape)
+            section["optimizer_impls"] = optimizer_section(shape, repeats, device)
             result["train"].append(section)
             result["memory"][f"train_{shape.name}"] = peak_memory_bytes(device)
     if "gemm" not in args.sections:

@@ -47,6 +47,12 @@ def markdown(r: dict[str, Any]) -> str:
         lines += ["", f"ELF-REG / ELF step time, student only (measured): **{sec['elf_reg_over_elf']:.3f}**; "
                   f"with the frozen forwards (modelled FLOPs, `elfreg.train.cost`): **{me['elf_reg_over_elf']:.3f}** "
                   f"(frozen models {me['frozen_share_elf_reg']:.0%} of ELF-REG's FLOPs).", ""]
+        oi = sec.get("optimizer_impls")
+        if oi:
+            lines += ["Optimiser step (clip + AdamW) by implementation, same gradients, interleaved: "
+                      + ", ".join(f"{k} {_ms(v)} ms ({oi['speedup'][k]:.2f}× for-loop)"
+                                  for k, v in oi["seconds"].items())
+                      + ".", ""]
     samp = r.get("sampling")
     if samp:
         lines += ["## Network calls (time vs FLOP floor = FLOPs / ceiling)", "",

@@ -23,9 +23,9 @@ from elfreg.flow.objective import TrainBatch, elf_reg_loss
 from elfreg.model.presets import student_from_config
 from elfreg.text.canvas import Canvas
 from elfreg.text.frozen import TeacherTargets
-from elfreg.train.optim import make_optimizer
+from elfreg.train.optim import AdamWImpl, make_optimizer
 
-from .common import autocast_for, synchronize
+from .common import autocast_for, interleaved, synchronize
 
 
 @dataclass(frozen=True)
@@ -84,14 +84,14 @@ class StepCase:
     returns the seconds of each phase."""
 
     def __init__(self, shape: Shape, reg: bool, precision: str, device: torch.device,
-                 optimizer_kwargs: dict[str, Any] | None = None):
+                 adamw: AdamWImpl = "auto"):
         torch.manual_seed(0)
         self.cfg = shape.config(reg)
         self.device, self.precision = device, precision
         self.student = student_from_config(self.cfg, shape.enc_dim, shape.vocab,
                                            shape.teacher_dim if reg else None).to(device)
         tc = self.cfg.train
-        self.optimizer = make_optimizer(self.student, tc)
+        self.optimizer = make_optimizer(self.student, tc, adamw)
         self.batch = synthetic_batch(shape, device)
         if not reg:
             self.batch = dataclasses.replace(self.batch, teacher=None)
@@ -169,3 +169,26 @@ def train_section(shape: Shape, precision: str, ceiling_gflops: float, repeats: 
     out["elf_reg_over_elf"] = seconds["elf_reg"]["step"] / seconds["elf"]["step"]
     del cases
     return out
+
+
+def optimizer_section(shape: Shape, repeats: int, device: torch.device) -> dict:
+    """The optimiser step (clip + AdamW) of the ELF-REG student at ``shape`` with each AdamW
+    implementation, on the same random gradients, timed interleaved (``auto`` is what training
+    uses); ``speedup`` is for-loop / each."""
+    torch.manual_seed(0)
+    cfg = shape.config(True)
+    student = student_from_config(cfg, shape.enc_dim, shape.vocab, shape.teacher_dim).to(device)
+    for p in student.parameters():
+        p.grad = torch.randn_like(p) * 1e-3
+    impls: list[AdamWImpl] = ["for-loop", "foreach", "fused"]
+    optims = {impl: make_optimizer(student, cfg.train, impl) for impl in impls}
+
+    def stepper(opt):
+        def run() -> None:
+            torch.nn.utils.clip_grad_norm_(student.parameters(), cfg.train.grad_clip)
+            opt.step()
+        return run
+
+    seconds = interleaved({impl: stepper(o) for impl, o in optims.items()}, repeats, device)
+    return {"shape": shape.name, "parameters": sum(p.numel() for p in student.parameters()), "repeats": repeats,
+            "seconds": seconds, "speedup": {k: seconds["for-loop"] / v for k, v in seconds.items()}}
