@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result["memory"]["gemm"] = peak_memory_bytes(device)
     ceiling = result["gemm"]["ceiling_gflops"][precision]
     if "sampling" in args.sections:
-        result["sampling"] = {"per_call": [per_call(s, bs, precision, ceiling, repeats, device)
+        probe_n = max(cfg["gemm_sizes"])
+        result["sampling"] = {"per_call": [per_call(s, bs, precision, ceiling, repeats, device, probe_n)
                                            for s, bs in cfg["call_shapes"]],
                               "end_to_end": end_to_end(cfg["e2e_shape"], cfg["e2e_batches"], cfg["nfes"],
                                                        precision, repeats, device)}
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if "train" in args.sections:
         result["train"] = []
         for shape in cfg["train_shapes"]:
-            section = train_section(shape, precision, ceiling, repeats, device)
+            section = train_section(shape, precision, ceiling, repeats, device, max(cfg["gemm_sizes"]))
             section["modelled_end_to_end"] = modelled_end_to_end(shape)
             section["optimizer_impls"] = optimizer_section(shape, repeats, device)
             result["train"].append(section)

@@ -43,6 +43,9 @@ def markdown(r: dict[str, Any]) -> str:
                          f"{(c['flops']['forward'] + c['flops']['backward']) / 1e9:.2f} | {c['fwd_bwd_gflops']:.1f} | "
                          f"{c['fraction_of_ceiling']:.1%} | {c['step_fraction_of_ceiling']:.1%} | "
                          f"{c['optimizer_share']:.1%} |")
+        lines += ["", f"Ceiling measured in the same rounds (GEMM n={sec['probe']['n']}): "
+                  f"{sec['probe']['gflops']:.1f} GFLOP/s; of the GEMM section's ceiling instead: "
+                  + ", ".join(f"{n} {sec[n]['fraction_of_run_ceiling']:.1%}" for n in ("elf_reg", "elf")) + "."]
         me = sec["modelled_end_to_end"]
         lines += ["", f"ELF-REG / ELF step time, student only (measured): **{sec['elf_reg_over_elf']:.3f}**; "
                   f"with the frozen forwards (modelled FLOPs, `elfreg.train.cost`): **{me['elf_reg_over_elf']:.3f}** "
@@ -59,6 +62,8 @@ def markdown(r: dict[str, Any]) -> str:
                   "| shape | call | batch | ms | GFLOP | floor ms | × floor | decode / denoise |",
                   "|---|---|---:|---:|---:|---:|---:|---:|"]
         for pc in samp["per_call"]:
+            lines.append(f"| {pc['shape']} | GEMM probe n={pc['probe']['n']} | | | | | "
+                         f"{pc['probe']['gflops']:.1f} GFLOP/s | |")
             for row in pc["calls"].values():
                 extra = f"{row['over_denoise']:.2f}" if "over_denoise" in row else ""
                 lines.append(f"| {pc['shape']} | {row['kind']} | {row['batch']} | {_ms(row['seconds'])} | "

@@ -26,6 +26,7 @@ from elfreg.model.presets import student_from_config
 from elfreg.sampling import StudentNetwork, run_sampler
 
 from .common import autocast_for, interleaved
+from .gemm import GemmProbe
 from .train import Shape
 
 
@@ -55,9 +56,11 @@ def _flops(fn) -> float:
 
 
 def per_call(shape: Shape, batches: list[int], precision: str, ceiling_gflops: float, repeats: int,
-             device: torch.device) -> dict[str, Any]:
+             device: torch.device, probe_n: int = 2048) -> dict[str, Any]:
     """Seconds, FLOPs, floor and time/floor of a denoise and a decode call at each batch size,
-    and decode/denoise; every call of every batch size timed interleaved."""
+    and decode/denoise; every call of every batch size and a GEMM probe (n = ``probe_n``) timed
+    interleaved. The floor divides by the probe's GFLOP/s (same rounds, same load);
+    ``over_run_floor`` divides by ``ceiling_gflops`` (the run's GEMM section) instead."""
     net = _student_network(shape, precision, device)
     cases, flops = {}, {}
     for b in batches:
@@ -73,16 +76,19 @@ def per_call(shape: Shape, batches: list[int], precision: str, ceiling_gflops: f
         for kind, fn in (("denoise", denoise), ("decode", decode)):
             cases[(kind, b)] = fn
             flops[(kind, b)] = _flops(fn)
-    seconds = interleaved({f"{k}_{b}": fn for (k, b), fn in cases.items()}, repeats, device)
+    probe = GemmProbe(probe_n, precision, device)
+    seconds = interleaved({"gemm_probe": probe, **{f"{k}_{b}": fn for (k, b), fn in cases.items()}}, repeats, device)
+    probe_gflops = probe.gflops(seconds["gemm_probe"])
     rows = {}
     for (kind, b) in cases:
         s, f = seconds[f"{kind}_{b}"], flops[(kind, b)]
-        floor = f / (ceiling_gflops * 1e9)
+        floor = f / (probe_gflops * 1e9)
         rows[f"{kind}_b{b}"] = {"kind": kind, "batch": b, "seconds": s, "flops": f, "floor_seconds": floor,
-                                "over_floor": s / floor}
+                                "over_floor": s / floor, "over_run_floor": s / (f / (ceiling_gflops * 1e9))}
     for b in batches:
         rows[f"decode_b{b}"]["over_denoise"] = rows[f"decode_b{b}"]["seconds"] / rows[f"denoise_b{b}"]["seconds"]
-    return {"shape": shape.name, "precision": precision, "repeats": repeats, "calls": rows}
+    return {"shape": shape.name, "precision": precision, "repeats": repeats,
+            "probe": {"n": probe_n, "gflops": probe_gflops}, "calls": rows}
 
 
 def ar_model(shape: Shape, device: torch.device):

@@ -25,7 +25,8 @@ from elfreg.text.canvas import Canvas
 from elfreg.text.frozen import TeacherTargets
 from elfreg.train.optim import AdamWImpl, make_optimizer
 
-from .common import autocast_for, interleaved, synchronize
+from .common import autocast_for, interleaved, synchronize, timed
+from .gemm import GemmProbe
 
 
 @dataclass(frozen=True)
@@ -136,8 +137,9 @@ class StepCase:
         return sum(p.numel() for p in self.student.parameters())
 
 
-def interleaved_steps(cases: dict[str, StepCase], repeats: int, warmup: int = 1) -> dict[str, dict[str, float]]:
-    """Median seconds of every phase of every case, steps interleaved across the cases."""
+def interleaved_steps(cases: dict[str, Any], repeats: int, warmup: int = 1) -> dict[str, dict[str, float]]:
+    """Median seconds of every phase of every case (objects whose ``step()`` returns phase
+    seconds), steps interleaved across the cases."""
     import statistics
 
     for _ in range(warmup):
@@ -150,21 +152,36 @@ def interleaved_steps(cases: dict[str, StepCase], repeats: int, warmup: int = 1)
     return {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in runs.items()}
 
 
-def train_section(shape: Shape, precision: str, ceiling_gflops: float, repeats: int, device: torch.device) -> dict:
-    """ELF-REG and ELF steps at ``shape``, interleaved: phase seconds, FLOPs, achieved GFLOP/s of
-    forward + backward and its fraction of ``ceiling_gflops`` (the same run's GEMM ceiling at
-    ``precision``), the ELF-REG/ELF ratio of step time and the optimiser's share of the step."""
+class _ProbeStep:
+    def __init__(self, probe: GemmProbe, device: torch.device):
+        self.probe, self.device = probe, device
+
+    def step(self) -> dict[str, float]:
+        return {"step": timed(self.probe, self.device)}
+
+
+def train_section(shape: Shape, precision: str, ceiling_gflops: float, repeats: int, device: torch.device,
+                  probe_n: int = 2048) -> dict:
+    """ELF-REG and ELF steps at ``shape`` and a GEMM probe (n = ``probe_n``, ``precision``),
+    interleaved: phase seconds, FLOPs, achieved GFLOP/s of forward + backward and its fraction of
+    the probe's GFLOP/s in the same rounds (``fraction_of_ceiling``) and of ``ceiling_gflops``
+    (the run's GEMM section, ``fraction_of_run_ceiling``), the ELF-REG/ELF ratio of step time and
+    the optimiser's share of the step."""
     cases = {"elf_reg": StepCase(shape, True, precision, device), "elf": StepCase(shape, False, precision, device)}
     flops = {name: c.flops() for name, c in cases.items()}
-    seconds = interleaved_steps(cases, repeats)
-    out: dict[str, Any] = {"shape": dataclasses.asdict(shape), "precision": precision, "repeats": repeats}
+    probe = GemmProbe(probe_n, precision, device)
+    seconds = interleaved_steps({**cases, "gemm_probe": _ProbeStep(probe, device)}, repeats)
+    probe_gflops = probe.gflops(seconds["gemm_probe"]["step"])
+    out: dict[str, Any] = {"shape": dataclasses.asdict(shape), "precision": precision, "repeats": repeats,
+                           "probe": {"n": probe_n, "gflops": probe_gflops}}
     for name, c in cases.items():
         s, f = seconds[name], flops[name]
         fb_flops = f["forward"] + f["backward"]
         gflops = fb_flops / (s["forward"] + s["backward"]) / 1e9
         out[name] = {"seconds": s, "flops": f, "parameters": c.parameters(),
-                     "fwd_bwd_gflops": gflops, "fraction_of_ceiling": gflops / ceiling_gflops,
-                     "step_fraction_of_ceiling": fb_flops / s["step"] / 1e9 / ceiling_gflops,
+                     "fwd_bwd_gflops": gflops, "fraction_of_ceiling": gflops / probe_gflops,
+                     "fraction_of_run_ceiling": gflops / ceiling_gflops,
+                     "step_fraction_of_ceiling": fb_flops / s["step"] / 1e9 / probe_gflops,
                      "optimizer_share": s["optimizer"] / s["step"]}
     out["elf_reg_over_elf"] = seconds["elf_reg"]["step"] / seconds["elf"]["step"]
     del cases
