@@ -1,0 +1,89 @@
+"""The Markdown tables of a benchmark result (the JSON ``benchmarks/run.py`` writes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.1f}"
+
+
+def _gb(b: float) -> str:
+    return f"{b / 2**30:.2f}"
+
+
+def markdown(r: dict[str, Any]) -> str:
+    """Machine, GEMM ceilings, training steps, network calls, end-to-end sampling and memory."""
+    m = r["machine"]
+    flags = ", ".join(f for f, on in m["cpu"]["flags"].items() if on) or "none"
+    lines = [f"# elfreg benchmark ({'quick' if r['quick'] else 'default'}, {r['precision']})", "",
+             f"`{r['command']}`", "",
+             f"Machine: {m['cpu']['model']} ({m['cpu']['logical_cpus']} logical CPUs; {flags}), "
+             f"torch {m['torch']}, {m['threads']} threads, device {m['device']}"
+             + (f" ({m['gpu']})" if "gpu" in m else "") + f"; total {r['seconds']:.0f} s.", "",
+             "## GEMM ceilings (median GFLOP/s of n×n×n matmul)", "", "| precision | n | ms | GFLOP/s |",
+             "|---|---:|---:|---:|"]
+    for name, row in r["gemm"]["cases"].items():
+        prec, n = name.split("_")
+        lines.append(f"| {prec} | {n} | {_ms(row['seconds'])} | {row['gflops']:.1f} |")
+    ceil = r["gemm"]["ceiling_gflops"]
+    lines += ["", "Ceiling: " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in ceil.items()), ""]
+    for sec in r.get("train", []):
+        sh = sec["shape"]
+        lines += [f"## Training step: {sh['name']} (width {sh['width']} × {sh['depth']}, batch {sh['batch']} × "
+                  f"canvas {sh['canvas']}, vocab {sh['vocab']}, {sec['precision']})", "",
+                  "| model | params | fwd ms | bwd ms | optim ms | step ms | GFLOP fwd+bwd | GFLOP/s fwd+bwd "
+                  "| of ceiling | step of ceiling | optim share |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for name in ("elf_reg", "elf"):
+            c, s = sec[name], sec[name]["seconds"]
+            lines.append(f"| {name} | {c['parameters'] / 1e6:.1f}M | {_ms(s['forward'])} | {_ms(s['backward'])} | "
+                         f"{_ms(s['optimizer'])} | {_ms(s['step'])} | "
+                         f"{(c['flops']['forward'] + c['flops']['backward']) / 1e9:.2f} | {c['fwd_bwd_gflops']:.1f} | "
+                         f"{c['fraction_of_ceiling']:.1%} | {c['step_fraction_of_ceiling']:.1%} | "
+                         f"{c['optimizer_share']:.1%} |")
+        lines += ["", f"Ceiling measured in the same rounds (GEMM n={sec['probe']['n']}): "
+                  f"{sec['probe']['gflops']:.1f} GFLOP/s; of the GEMM section's ceiling instead: "
+                  + ", ".join(f"{n} {sec[n]['fraction_of_run_ceiling']:.1%}" for n in ("elf_reg", "elf")) + "."]
+        me = sec["modelled_end_to_end"]
+        lines += ["", f"ELF-REG / ELF step time, student only (measured): **{sec['elf_reg_over_elf']:.3f}**; "
+                  f"with the frozen forwards (modelled FLOPs, `elfreg.train.cost`): **{me['elf_reg_over_elf']:.3f}** "
+                  f"(frozen models {me['frozen_share_elf_reg']:.0%} of ELF-REG's FLOPs).", ""]
+        oi = sec.get("optimizer_impls")
+        if oi:
+            lines += ["Optimiser step (clip + AdamW) by implementation, same gradients, interleaved: "
+                      + ", ".join(f"{k} {_ms(v)} ms ({oi['speedup'][k]:.2f}× for-loop)"
+                                  for k, v in oi["seconds"].items())
+                      + ".", ""]
+    samp = r.get("sampling")
+    if samp:
+        lines += ["## Network calls (time vs FLOP floor = FLOPs / ceiling)", "",
+                  "| shape | call | batch | ms | GFLOP | floor ms | × floor | decode / denoise |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+        for pc in samp["per_call"]:
+            lines.append(f"| {pc['shape']} | GEMM probe n={pc['probe']['n']} | | | | | "
+                         f"{pc['probe']['gflops']:.1f} GFLOP/s | |")
+            for row in pc["calls"].values():
+                extra = f"{row['over_denoise']:.2f}" if "over_denoise" in row else ""
+                lines.append(f"| {pc['shape']} | {row['kind']} | {row['batch']} | {_ms(row['seconds'])} | "
+                             f"{row['flops'] / 1e9:.3f} | {_ms(row['floor_seconds'])} | {row['over_floor']:.1f} | "
+                             f"{extra} |")
+        e2e = samp["end_to_end"]
+        lines += ["", f"## End-to-end sampling, {e2e['shape']} shape ({e2e['new_tokens']} answer positions; "
+                  "AR: same-size Qwen3, KV cache, greedy)", "",
+                  "| model | sampler | NFE / steps | batch | ms per batch | ms per sample | vs AR |",
+                  "|---|---|---:|---:|---:|---:|---:|"]
+        for row in sorted(e2e["rows"].values(), key=lambda x: (x["batch"], x["model"] != "ar-kv-cache")):
+            vs = "1"
+            if "over_ar" in row:
+                vs = f"{row['over_ar']:.2f}× ({'AR wins' if row['over_ar'] > 1 else 'ELF wins'})"
+            lines.append(f"| {row['model']} | {row['sampler']} | {row['nfe']} | {row['batch']} | "
+                         f"{_ms(row['seconds'])} | {_ms(row['seconds'] / row['batch'])} | {vs} |")
+        lines.append("")
+    lines += ["## Peak memory (after each section; RSS is the process's running maximum)", "",
+              "| after | peak RSS GiB | CUDA max allocated GiB |", "|---|---:|---:|"]
+    for name, mem in r["memory"].items():
+        cuda = _gb(mem["cuda_max_allocated_bytes"]) if "cuda_max_allocated_bytes" in mem else "–"
+        lines.append(f"| {name} | {_gb(mem['peak_rss_bytes'])} | {cuda} |")
+    return "\n".join(lines) + "\n"

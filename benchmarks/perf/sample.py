@@ -1,0 +1,144 @@
+"""Sampling: the time of one network call against its FLOP floor, and end-to-end latency of the
+samplers against an autoregressive model of the same size with a KV cache.
+
+Network calls go through :class:`elfreg.sampling.network.StudentNetwork` (the object the
+samplers call): a *denoise call* is one ``denoise`` (one student forward in denoise mode), a
+*decode call* one ``decode`` (one student forward in decode mode, the vocabulary head on every
+answer position and an argmax; no EOS early stop, so the work is fixed). The *FLOP floor* of a
+call is its FLOPs (``FlopCounterMode``) divided by the same run's GEMM ceiling: the time the call
+would take if every FLOP ran at the speed of a large square matmul.
+
+End to end, prompt states are random (the frozen encoder is not timed, as it is not an NFE);
+the autoregressive baseline is a randomly initialised ``transformers`` ``Qwen3ForCausalLM`` with
+the student's width, depth, heads, MLP width and vocabulary, ``generate`` greedy with
+``use_cache=True`` and exactly as many new tokens as the answer region has positions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from elfreg.config import FlowConfig, SampleConfig
+from elfreg.model.presets import student_from_config
+from elfreg.sampling import StudentNetwork, run_sampler
+
+from .common import autocast_for, interleaved
+from .gemm import GemmProbe
+from .train import Shape
+
+
+def _student_network(shape: Shape, precision: str, device: torch.device) -> StudentNetwork:
+    torch.manual_seed(0)
+    cfg = shape.config(reg=True)
+    student = student_from_config(cfg, shape.enc_dim, shape.vocab, shape.teacher_dim).to(device)
+    # a random student's x̂ head starts at zero; give it weights so calls see ordinary numbers
+    torch.nn.init.normal_(student.out_x.weight, std=0.02)
+    torch.nn.init.normal_(student.reg_out.weight, std=0.02)
+    return StudentNetwork(student, bf16=precision == "bf16", eos_id=None)
+
+
+def _inputs(shape: Shape, batch: int, device: torch.device) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(batch)
+    prompt_mask = (torch.arange(shape.canvas) < shape.prompt)[None, :].expand(batch, -1).contiguous()
+    return {"z": torch.randn(batch, shape.canvas, shape.enc_dim, generator=g).to(device),
+            "prompt_mask": prompt_mask.to(device),
+            "reg": torch.randn(batch, shape.teacher_dim, generator=g).to(device),
+            "t": torch.full((batch,), 0.5, device=device), "w": torch.ones(batch, device=device)}
+
+
+def _flops(fn) -> float:
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return float(counter.get_total_flops())
+
+
+def per_call(shape: Shape, batches: list[int], precision: str, ceiling_gflops: float, repeats: int,
+             device: torch.device, probe_n: int = 2048) -> dict[str, Any]:
+    """Seconds, FLOPs, floor and time/floor of a denoise and a decode call at each batch size,
+    and decode/denoise; every call of every batch size and a GEMM probe (n = ``probe_n``) timed
+    interleaved. The floor divides by the probe's GFLOP/s (same rounds, same load);
+    ``over_run_floor`` divides by ``ceiling_gflops`` (the run's GEMM section) instead."""
+    net = _student_network(shape, precision, device)
+    cases, flops = {}, {}
+    for b in batches:
+        x = _inputs(shape, b, device)
+        q = torch.zeros_like(x["z"])
+
+        def denoise(x=x, q=q):
+            return net.denoise(x["z"], q, x["t"], x["w"], x["prompt_mask"], x["reg"], None)
+
+        def decode(x=x):
+            return net.decode(x["z"], x["prompt_mask"], x["reg"], x["w"])
+
+        for kind, fn in (("denoise", denoise), ("decode", decode)):
+            cases[(kind, b)] = fn
+            flops[(kind, b)] = _flops(fn)
+    probe = GemmProbe(probe_n, precision, device)
+    seconds = interleaved({"gemm_probe": probe, **{f"{k}_{b}": fn for (k, b), fn in cases.items()}}, repeats, device)
+    probe_gflops = probe.gflops(seconds["gemm_probe"])
+    rows = {}
+    for (kind, b) in cases:
+        s, f = seconds[f"{kind}_{b}"], flops[(kind, b)]
+        floor = f / (probe_gflops * 1e9)
+        rows[f"{kind}_b{b}"] = {"kind": kind, "batch": b, "seconds": s, "flops": f, "floor_seconds": floor,
+                                "over_floor": s / floor, "over_run_floor": s / (f / (ceiling_gflops * 1e9))}
+    for b in batches:
+        rows[f"decode_b{b}"]["over_denoise"] = rows[f"decode_b{b}"]["seconds"] / rows[f"denoise_b{b}"]["seconds"]
+    return {"shape": shape.name, "precision": precision, "repeats": repeats,
+            "probe": {"n": probe_n, "gflops": probe_gflops}, "calls": rows}
+
+
+def ar_model(shape: Shape, device: torch.device):
+    """A random Qwen3 causal LM of the student's size (width, depth, heads, MLP width, vocab)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen3Config(vocab_size=shape.vocab, hidden_size=shape.width, intermediate_size=(8 * shape.width) // 3,
+                      num_hidden_layers=shape.depth, num_attention_heads=shape.heads,
+                      num_key_value_heads=shape.heads, head_dim=shape.width // shape.heads,
+                      max_position_embeddings=shape.canvas + 8, tie_word_embeddings=False)
+    model = Qwen3ForCausalLM(cfg).to(device).eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+def end_to_end(shape: Shape, batches: list[int], nfes: list[int], precision: str, repeats: int,
+               device: torch.device) -> dict[str, Any]:
+    """Seconds per batch of early-stop and full-span sampling at each NFE and of AR generation
+    of ``canvas − prompt`` tokens, at each batch size, all timed interleaved; each ELF row
+    carries ``over_ar`` (its time / AR's: < 1 means ELF is faster)."""
+    net = _student_network(shape, precision, device)
+    ar = ar_model(shape, device)
+    new_tokens = shape.canvas - shape.prompt
+    flow = FlowConfig()
+    cases, meta = {}, {}
+    for b in batches:
+        x = _inputs(shape, b, device)
+        seeds = list(range(b))
+        for sampler in ("early-stop", "full-span"):
+            for n in nfes:
+                cfg = SampleConfig(sampler=sampler, nfe=n, sc_cfg=1.0)
+                name = f"{sampler}_nfe{n}_b{b}"
+                cases[name] = (lambda x=x, cfg=cfg, seeds=seeds:
+                               run_sampler(net, x["z"], x["prompt_mask"], seeds, cfg, flow))
+                meta[name] = {"model": "elf-reg", "sampler": sampler, "nfe": n, "batch": b}
+        ids = torch.randint(1, shape.vocab, (b, shape.prompt), generator=torch.Generator().manual_seed(b)).to(device)
+
+        def generate(ids=ids):
+            with torch.no_grad(), autocast_for(device, precision):
+                return ar.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                                   min_new_tokens=new_tokens, do_sample=False, use_cache=True)
+
+        cases[f"ar_b{b}"] = generate
+        meta[f"ar_b{b}"] = {"model": "ar-kv-cache", "sampler": "greedy", "nfe": new_tokens, "batch": b}
+    seconds = interleaved(cases, repeats, device)
+    rows = {name: {**meta[name], "seconds": s} for name, s in seconds.items()}
+    for row in rows.values():
+        if row["model"] == "elf-reg":
+            row["over_ar"] = row["seconds"] / rows[f"ar_b{row['batch']}"]["seconds"]
+    return {"shape": shape.name, "precision": precision, "repeats": repeats, "new_tokens": new_tokens,
+            "rows": rows}

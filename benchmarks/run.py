@@ -1,0 +1,132 @@
+"""One benchmark run of elfreg on whatever device it finds: GEMM ceilings, the student's training
+step, network calls and end-to-end sampling, peak memory; JSON plus a Markdown table.
+
+    python benchmarks/run.py --out bench-out                 # the default run (demo + ELF-REG-B shapes)
+    python benchmarks/run.py --quick --out /tmp/bench        # tiny shapes, 1 repeat (CI smoke test)
+    python benchmarks/run.py --precision bf16 --sections gemm train
+
+Every ratio is taken between cases timed interleaved in this run (see ``perf/common.py``);
+numbers from different runs or machines are not compared. ``docs/performance.md`` explains each
+number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from perf.common import machine_description, peak_memory_bytes  # noqa: E402
+from perf.gemm import gemm_ceilings  # noqa: E402
+from perf.report import markdown  # noqa: E402
+from perf.sample import end_to_end, per_call  # noqa: E402
+from perf.train import Shape, optimizer_section, train_section  # noqa: E402
+
+from elfreg.device import resolve_device, resolve_precision  # noqa: E402
+
+SECTIONS = ("gemm", "train", "sampling")
+
+# the toy demo (src/elfreg/toy/demo.py): 128 × 4 student, toy encoder 128 wide, teacher 192 wide
+DEMO = Shape("demo", width=128, depth=4, heads=2, repa_block=2, projector_hidden=256, enc_dim=128,
+             teacher_dim=192, vocab=128, batch=32, canvas=56, prompt=16, time_freq_dim=64)
+# ELF-REG-B (configs/elf-reg-b-gsm8k.yaml) at batch 4 × canvas 256 (CPU-sized)
+B = Shape("elf-reg-b", width=768, depth=12, heads=12, repa_block=4, projector_hidden=2048, enc_dim=1024,
+          teacher_dim=2048, vocab=151_936, batch=4, canvas=256, prompt=64)
+TINY = Shape("tiny", width=32, depth=2, heads=2, repa_block=1, projector_hidden=32, enc_dim=32,
+             teacher_dim=48, vocab=64, batch=4, canvas=24, prompt=8, time_freq_dim=16)
+TINY_WIDE = Shape("tiny-wide", width=64, depth=2, heads=2, repa_block=1, projector_hidden=64, enc_dim=48,
+                  teacher_dim=64, vocab=512, batch=2, canvas=32, prompt=8, time_freq_dim=16)
+
+
+def plan(quick: bool) -> dict[str, Any]:
+    """Shapes, sizes and repeats of a run."""
+    if quick:
+        return {"repeats": 1, "gemm_sizes": [128, 256], "train_shapes": [TINY, TINY_WIDE],
+                "call_shapes": [(TINY, [1, 4]), (TINY_WIDE, [1])], "e2e_shape": TINY, "e2e_batches": [1, 2],
+                "nfes": [4, 8]}
+    return {"repeats": 3, "gemm_sizes": [1024, 2048], "train_shapes": [DEMO, B],
+            "call_shapes": [(DEMO, [1, 8, 32]), (B, [1, 8])], "e2e_shape": DEMO, "e2e_batches": [1, 16],
+            "nfes": [16, 64]}
+
+
+def modelled_end_to_end(shape: Shape) -> dict[str, float]:
+    """ELF-REG/ELF of the modelled FLOPs per canvas position *with* the frozen forwards
+    (:func:`elfreg.train.cost.flops_per_token`): encoder for both, teacher for ELF-REG."""
+    from elfreg.train.cost import QWEN3, LMShape, flops_per_token
+
+    if shape.name == "elf-reg-b":
+        enc_spec, tea_spec = QWEN3["Qwen/Qwen3-0.6B-Base"], QWEN3["Qwen/Qwen3-1.7B-Base"]
+        enc = LMShape(enc_spec["width"], 20, enc_spec["heads"], enc_spec["kv_heads"], enc_spec["head_dim"],
+                      enc_spec["intermediate"], enc_spec["vocab"])
+        tea = LMShape(tea_spec["width"], 24, tea_spec["heads"], tea_spec["kv_heads"], tea_spec["head_dim"],
+                      tea_spec["intermediate"], tea_spec["vocab"])
+    else:  # the toy LMs' shapes (src/elfreg/toy/assets.py), read at the demo's layers
+        enc = LMShape(shape.enc_dim, 2, 4, 2, shape.enc_dim // 4, 3 * shape.enc_dim, shape.vocab)
+        tea = LMShape(shape.teacher_dim, 2, 6, 2, 32, (8 * shape.teacher_dim) // 3, shape.vocab)
+    reg = flops_per_token(shape.config(True), enc, tea)
+    elf = flops_per_token(shape.config(False), enc, None)
+    return {"elf_reg_flops_per_position": reg["total"], "elf_flops_per_position": elf["total"],
+            "elf_reg_over_elf": reg["total"] / elf["total"],
+            "frozen_share_elf_reg": (reg["frozen_encoder"] + reg["frozen_teacher"]) / reg["total"]}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="tiny shapes, 1 repeat (under a minute)")
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"],
+                   help="precision of the training and sampling sections (bf16: autocast); GEMM measures both")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--out", default="bench-out", help="folder for results.json and results.md")
+    p.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
+    p.add_argument("--repeats", type=int, default=0, help="timed repeats per case (0: the plan's)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave as is)")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    precision = resolve_precision(device, args.precision)
+    cfg = plan(args.quick)
+    repeats = args.repeats or cfg["repeats"]
+    started = time.perf_counter()
+    result: dict[str, Any] = {"command": " ".join(["benchmarks/run.py", *(argv if argv is not None else sys.argv[1:])]),
+                              "machine": machine_description(device), "precision": precision, "quick": args.quick,
+                              "memory": {}}
+    # the ceilings are needed by every other section
+    result["gemm"] = gemm_ceilings(cfg["gemm_sizes"], ["fp32", "bf16"], repeats, device)
+    result["memory"]["gemm"] = peak_memory_bytes(device)
+    ceiling = result["gemm"]["ceiling_gflops"][precision]
+    if "sampling" in args.sections:
+        probe_n = max(cfg["gemm_sizes"])
+        result["sampling"] = {"per_call": [per_call(s, bs, precision, ceiling, repeats, device, probe_n)
+                                           for s, bs in cfg["call_shapes"]],
+                              "end_to_end": end_to_end(cfg["e2e_shape"], cfg["e2e_batches"], cfg["nfes"],
+                                                       precision, repeats, device)}
+        result["memory"]["sampling"] = peak_memory_bytes(device)
+    if "train" in args.sections:
+        result["train"] = []
+        for shape in cfg["train_shapes"]:
+            section = train_section(shape, precision, ceiling, repeats, device, max(cfg["gemm_sizes"]))
+            section["modelled_end_to_end"] = modelled_end_to_end(shape)
+            section["optimizer_impls"] = optimizer_section(shape, repeats, device)
+            result["train"].append(section)
+            result["memory"][f"train_{shape.name}"] = peak_memory_bytes(device)
+    if "gemm" not in args.sections:
+        result["gemm"]["note"] = "measured anyway: the other sections divide by its ceiling"
+    result["seconds"] = time.perf_counter() - started
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(result, indent=1))
+    (out / "results.md").write_text(markdown(result))
+    print(markdown(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

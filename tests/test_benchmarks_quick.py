@@ -1,0 +1,58 @@
+"""Smoke test of the benchmark instrument: ``benchmarks/run.py --quick`` runs and writes every
+section with finite positive numbers and the machine description (no timing is asserted)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+RUN = Path(__file__).resolve().parents[1] / "benchmarks" / "run.py"
+
+
+def _numbers(node, path=""):
+    if isinstance(node, bool):
+        return
+    if isinstance(node, (int, float)):
+        yield path, node
+    elif isinstance(node, dict):
+        for k, v in node.items():
+            yield from _numbers(v, f"{path}.{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _numbers(v, f"{path}[{i}]")
+
+
+def test_quick_benchmark_writes_every_section(tmp_path):
+    out = tmp_path / "bench"
+    proc = subprocess.run([sys.executable, str(RUN), "--quick", "--out", str(out)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "results.json").read_text())
+    assert (out / "results.md").read_text().startswith("# elfreg benchmark")
+
+    machine = result["machine"]
+    assert machine["cpu"]["model"] and machine["torch"] and machine["device"] and machine["threads"] >= 1
+    assert {"avx2", "avx512_bf16"} <= set(machine["cpu"]["flags"])
+
+    assert set(result["gemm"]["ceiling_gflops"]) == {"fp32", "bf16"}
+    assert len(result["train"]) == 2
+    for section in result["train"]:
+        for model in ("elf_reg", "elf"):
+            assert set(section[model]["seconds"]) == {"forward", "backward", "optimizer", "step"}
+            assert section[model]["flops"]["forward"] > 0 and section[model]["flops"]["backward"] > 0
+        assert section["elf_reg_over_elf"] > 0 and section["modelled_end_to_end"]["elf_reg_over_elf"] > 0
+    calls = [row for pc in result["sampling"]["per_call"] for row in pc["calls"].values()]
+    assert {row["kind"] for row in calls} == {"denoise", "decode"}
+    rows = result["sampling"]["end_to_end"]["rows"].values()
+    assert {r["model"] for r in rows} == {"elf-reg", "ar-kv-cache"}
+    assert {r["sampler"] for r in rows} >= {"early-stop", "full-span"}
+    assert set(result["memory"]) >= {"gemm", "sampling"} and all(
+        m["peak_rss_bytes"] > 0 for m in result["memory"].values())
+
+    numbers = list(_numbers({k: v for k, v in result.items() if k != "machine"}))
+    assert numbers
+    bad = [(p, v) for p, v in numbers if not (math.isfinite(v) and v > 0)]
+    assert not bad, bad
