@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -43,10 +42,7 @@ def run_dir(tiny_assets, tmp_path_factory):
     from conftest import tiny_config
 
     root = tmp_path_factory.mktemp("lm_eval_ckpt")
-    assets = {name: root / name for name in ("encoder", "teacher")}
-    for name, folder in assets.items():
-        shutil.copytree(tiny_assets[name], folder)
-    cfg = tiny_config(assets, root, train={"steps": 3, "ckpt_every": 3}, sample={"nfe": 6, "sc_cfg": 2.0})
+    cfg = tiny_config(tiny_assets, root, train={"steps": 3, "ckpt_every": 3}, sample={"nfe": 6, "sc_cfg": 2.0})
     return train(cfg, [Example(r["question"], r["answer"]) for r in ROWS]).run_dir
 
 
