@@ -75,20 +75,20 @@ def test_a_killed_study_resumes_without_redoing_a_cell(plan_args, tmp_path, monk
     assert expected["complete"] and [r["cell"] for r in expected["rows"]] == cells
     assert all(r["n_problems"] == 4 and r["checkpoint_step"] == 4 for r in expected["rows"])
 
-    # the same plan again, stopped twice: in the 11th evaluation (elf/t1 trained, 2 of its cells done) ...
+    # the same plan again, stopped twice: in the 11th evaluation (elf-reg/t0 trained, 2 of its cells done) ...
     out = tmp_path / "resumed"
     counts = _counting(monkeypatch, fail_eval_at=11)
     with pytest.raises(RuntimeError, match="injected failure in evaluation"):
         runner.run_study(study, out, progress=False)
     assert len((out / "results.jsonl").read_text().splitlines()) == 10
     done = {c["cell"]: (c["trained"], c["eval_done"]) for c in runner.status(study, out)["training"]}
-    assert done == {"elf/t0": (True, 8), "elf/t1": (True, 2), "elf-reg/t0": (False, 0), "elf-reg/t1": (False, 0)}
-    # ... then in the third step of elf-reg/t0, after its checkpoint at step 2
+    assert done == {"elf/t0": (True, 8), "elf-reg/t0": (True, 2), "elf/t1": (False, 0), "elf-reg/t1": (False, 0)}
+    # ... then in the third step of elf/t1, after its checkpoint at step 2
     first = counts
-    counts = _counting(monkeypatch, fail_train=("elf-reg/t0", 2))
+    counts = _counting(monkeypatch, fail_train=("elf/t1", 2))
     with pytest.raises(RuntimeError, match="injected failure in training"):
         runner.run_study(study, out, progress=False)
-    assert counts["steps"] == {"elf-reg/t0": 2} and counts["evals"] == 6
+    assert counts["steps"] == {"elf/t1": 2} and counts["evals"] == 10
     with open(out / "results.jsonl", "a") as f:
         f.write('{"cell": "elf-reg/t0/early-st')  # a row cut by a kill -9
     second = counts

@@ -150,7 +150,9 @@ class Study:
         return self.sampler_changes[sampler].get("reg", cfg.sample.reg) or cfg.loss.extra_token == "reg"
 
     def train_cells(self) -> list[TrainCell]:
-        return [TrainCell(m, t) for m in self.plan.models for t in self.plan.train_seeds]
+        """Training cells in run order: seed by seed, every model at a seed before the next seed,
+        so that a study stopped early still compares every model."""
+        return [TrainCell(m, t) for t in self.plan.train_seeds for m in self.plan.models]
 
     def eval_cells(self, train_cell: TrainCell | None = None) -> list[EvalCell]:
         """Every evaluation cell (of ``train_cell`` only, when given), in run order."""
