@@ -59,7 +59,7 @@ def markdown(r: dict[str, Any]) -> str:
     samp = r.get("sampling")
     if samp:
         lines += ["## Network calls (time vs FLOP floor = FLOPs / ceiling)", "",
-                  "| shape | call | batch | ms | GFLOP | floor ms | × floor | decode / denoise |",
+                  "| shape | call | batch | ms | GFLOP | floor ms | × floor | / denoise |",
                   "|---|---|---:|---:|---:|---:|---:|---:|"]
         for pc in samp["per_call"]:
             lines.append(f"| {pc['shape']} | GEMM probe n={pc['probe']['n']} | | | | | "

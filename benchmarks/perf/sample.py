@@ -6,7 +6,10 @@ samplers call): a *denoise call* is one ``denoise`` (one student forward in deno
 *decode call* one ``decode`` (one student forward in decode mode, the vocabulary head on every
 answer position and an argmax; no EOS early stop, so the work is fixed). The *FLOP floor* of a
 call is its FLOPs (``FlopCounterMode``) divided by the same run's GEMM ceiling: the time the call
-would take if every FLOP ran at the speed of a large square matmul.
+would take if every FLOP ran at the speed of a large square matmul. In bf16, a third call per
+batch, *denoise, autocast casts*, runs the fp32 student under autocast as the network did before
+it kept a bf16 copy of its weights (:mod:`elfreg.model.inference`): its time over the denoise
+call's is what the copy saves.
 
 End to end, prompt states are random (the frozen encoder is not timed, as it is not an NFE);
 the autoregressive baseline is a randomly initialised ``transformers`` ``Qwen3ForCausalLM`` with
@@ -73,7 +76,15 @@ def per_call(shape: Shape, batches: list[int], precision: str, ceiling_gflops: f
         def decode(x=x):
             return net.decode(x["z"], x["prompt_mask"], x["reg"], x["w"])
 
-        for kind, fn in (("denoise", denoise), ("decode", decode)):
+        def denoise_autocast(x=x, q=q):
+            # the network's call before it kept a bf16 weight copy: autocast casts every weight
+            with torch.no_grad(), autocast_for(device, precision):
+                return net.student(x["z"], q, x["t"], x["w"], x["prompt_mask"], reg=x["reg"])
+
+        kinds = [("denoise", denoise), ("decode", decode)]
+        if net.bf16:
+            kinds.append(("denoise, autocast casts", denoise_autocast))
+        for kind, fn in kinds:
             cases[(kind, b)] = fn
             flops[(kind, b)] = _flops(fn)
     probe = GemmProbe(probe_n, precision, device)
@@ -86,7 +97,10 @@ def per_call(shape: Shape, batches: list[int], precision: str, ceiling_gflops: f
         rows[f"{kind}_b{b}"] = {"kind": kind, "batch": b, "seconds": s, "flops": f, "floor_seconds": floor,
                                 "over_floor": s / floor, "over_run_floor": s / (f / (ceiling_gflops * 1e9))}
     for b in batches:
-        rows[f"decode_b{b}"]["over_denoise"] = rows[f"decode_b{b}"]["seconds"] / rows[f"denoise_b{b}"]["seconds"]
+        denoise_seconds = rows[f"denoise_b{b}"]["seconds"]
+        for kind in ("decode", "denoise, autocast casts"):
+            if f"{kind}_b{b}" in rows:
+                rows[f"{kind}_b{b}"]["over_denoise"] = rows[f"{kind}_b{b}"]["seconds"] / denoise_seconds
     return {"shape": shape.name, "precision": precision, "repeats": repeats,
             "probe": {"n": probe_n, "gflops": probe_gflops}, "calls": rows}
 

@@ -83,6 +83,16 @@ def test_a_killed_study_resumes_without_redoing_a_cell(plan_args, tmp_path, monk
     assert len((out / "results.jsonl").read_text().splitlines()) == 10
     done = {c["cell"]: (c["trained"], c["eval_done"]) for c in runner.status(study, out)["training"]}
     assert done == {"elf/t0": (True, 8), "elf-reg/t0": (True, 2), "elf/t1": (False, 0), "elf-reg/t1": (False, 0)}
+    # --report prints what is finished so far, marks what is not, and writes nothing
+    capsys.readouterr()
+    assert main(["study", "--plan", str(QUICK), "--out", str(out), "--report", *plan_args]) == 0
+    printed = capsys.readouterr().out
+    assert "10 of 40 evaluation cells finished" in printed
+    assert "| elf | early-stop | 4 |" in printed and "1 × 2 (incomplete)" in printed
+    assert "| elf-reg | reg-off | 16 | n/a |" in printed  # no cell of it yet
+    assert not (out / "table.md").exists()
+    with pytest.raises(ValueError, match="does not hold this plan's cells"):
+        runner.report_so_far(study, tmp_path / "empty")
     # ... then in the third step of elf/t1, after its checkpoint at step 2
     first = counts
     counts = _counting(monkeypatch, fail_train=("elf/t1", 2))

@@ -14,6 +14,11 @@ predictions are known analytically. :class:`StudentNetwork` adapts a trained
   row's first EOS then holds EOS. The answer (the prefix before the first EOS) is the same as with
   a full argmax; only the vocabulary-head work after it is saved.
 
+With ``bf16`` the calls run under bf16 autocast on a bf16 copy of the student's matmul weights
+(:class:`~elfreg.model.inference.Bf16Copy`), made once instead of autocast's cast per call and
+remade when the student's weights change: the same numbers, bit for bit, without the per-call
+weight traffic.
+
 NFE is counted by :class:`CountingNetwork`, which wraps the network the samplers call (spec §4).
 Definition used throughout elfreg: one forward pass of the network over a batch counts **one
 call for every row of that batch, charged to the sample the row belongs to**. A denoiser step on
@@ -31,6 +36,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from ..device import autocast
+from ..model.inference import Bf16Copy
 from ..model.student import Student
 
 # Upper bound on the number of logits held at once while decoding (positions × vocabulary).
@@ -70,6 +76,7 @@ class StudentNetwork:
                  logits_per_chunk: int = LOGITS_PER_CHUNK):
         self.student = student.eval()
         self.bf16 = bf16
+        self._bf16_copy = Bf16Copy(student) if bf16 else None
         self.eos_id = eos_id
         self.reg_dim = student.teacher_dim if student.extra_token == "reg" else None
         self.positions_per_chunk = max(1, logits_per_chunk // student.vocab_size)
@@ -78,12 +85,16 @@ class StudentNetwork:
     def device(self) -> torch.device:
         return next(self.student.parameters()).device
 
+    def _model(self) -> Student:
+        """The module that runs the calls: the student, or its bf16 copy (kept current)."""
+        return self.student if self._bf16_copy is None else self._bf16_copy.get()
+
     @torch.no_grad()
     def denoise(self, z: torch.Tensor, q: torch.Tensor, t: torch.Tensor, w: torch.Tensor,
                 prompt_mask: torch.Tensor, reg: torch.Tensor | None = None,
                 reg_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         with autocast(self.device, self.bf16):
-            out = self.student(z, q, t, w, prompt_mask, reg=reg, reg_self_cond=reg_q, drop_reg=reg is None)
+            out = self._model()(z, q, t, w, prompt_mask, reg=reg, reg_self_cond=reg_q, drop_reg=reg is None)
         return out.x_hat.float(), None if out.reg_hat is None else out.reg_hat.float()
 
     @torch.no_grad()
@@ -92,34 +103,37 @@ class StudentNetwork:
         """The decode-mode hidden states h (B, L, width) that the vocabulary head maps to logits
         (``student.decode_logits(h)``); one uncounted call, for analyses of the decoder."""
         with autocast(self.device, self.bf16):
-            return self._decode_mode(x, prompt_mask, reg, w)
+            return self._decode_mode(self._model(), x, prompt_mask, reg, w)
 
-    def _decode_mode(self, x: torch.Tensor, prompt_mask: torch.Tensor, reg: torch.Tensor | None,
+    @staticmethod
+    def _decode_mode(model: Student, x: torch.Tensor, prompt_mask: torch.Tensor, reg: torch.Tensor | None,
                      w: torch.Tensor) -> torch.Tensor:
         b = x.shape[0]
-        out = self.student(x, torch.zeros_like(x), torch.ones(b, device=x.device), w, prompt_mask,
+        out = model(x, torch.zeros_like(x), torch.ones(b, device=x.device), w, prompt_mask,
                            decode=torch.ones(b, dtype=torch.bool, device=x.device), reg=reg, drop_reg=reg is None)
         return out.hidden
 
     @torch.no_grad()
     def decode(self, x: torch.Tensor, prompt_mask: torch.Tensor, reg: torch.Tensor | None,
                w: torch.Tensor) -> torch.Tensor:
+        model = self._model()
         with autocast(self.device, self.bf16):
-            hidden = self._decode_mode(x, prompt_mask, reg, w)
+            hidden = self._decode_mode(model, x, prompt_mask, reg, w)
             if self.eos_id is None:
-                return self._argmax_all(hidden, prompt_mask)
-            return self._argmax_until_eos(hidden, prompt_mask, self.eos_id)
+                return self._argmax_all(model, hidden, prompt_mask)
+            return self._argmax_until_eos(model, hidden, prompt_mask, self.eos_id)
 
-    def _argmax_all(self, hidden: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
+    def _argmax_all(self, model: Student, hidden: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
         h = hidden[~prompt_mask]
-        parts = [self.student.decode_logits(h[i:i + self.positions_per_chunk]).argmax(-1)
+        parts = [model.decode_logits(h[i:i + self.positions_per_chunk]).argmax(-1)
                  for i in range(0, h.shape[0], self.positions_per_chunk)]
         ids = torch.full(prompt_mask.shape, -1, dtype=torch.long, device=hidden.device)
         if parts:
             ids[~prompt_mask] = torch.cat(parts)
         return ids
 
-    def _argmax_until_eos(self, hidden: torch.Tensor, prompt_mask: torch.Tensor, eos: int) -> torch.Tensor:
+    def _argmax_until_eos(self, model: Student, hidden: torch.Tensor, prompt_mask: torch.Tensor,
+                          eos: int) -> torch.Tensor:
         """Argmax over windows of answer positions, left to right, for the rows without an EOS yet.
 
         Assumes each row's answer region is contiguous after its prompt (the canvas layout).
@@ -139,7 +153,7 @@ class StudentNetwork:
             valid = cols < length
             r_idx = rows[:, None].expand_as(cols)[valid]
             c_idx = cols[valid]
-            tokens = self.student.decode_logits(hidden[r_idx, c_idx]).argmax(-1)
+            tokens = model.decode_logits(hidden[r_idx, c_idx]).argmax(-1)
             ids[r_idx, c_idx] = tokens
             hit = torch.zeros(b, dtype=torch.bool, device=dev)
             hit[r_idx[tokens == eos]] = True

@@ -1,4 +1,4 @@
-"""``elfreg study --plan FILE.yaml [--out DIR] [--dry-run] [--overwrite] [key=value ...]``."""
+"""``elfreg study --plan FILE.yaml [--out DIR] [--dry-run | --report] [--overwrite] [key=value ...]``."""
 
 from __future__ import annotations
 
@@ -41,12 +41,22 @@ def format_status(study: Study, status: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from elfreg.study.report import format_table
-    from elfreg.study.runner import run_study, status
+    from elfreg.study.runner import report_so_far, run_study, status
 
     study = load_plan(args.plan, args.override)
     out = Path(args.out or f"runs/study-{Path(args.plan).stem}")
     if args.dry_run:
         print(format_status(study, status(study, out)))
+        return 0
+    if args.report:
+        report = report_so_far(study, out)
+        if not report["rows"]:
+            print(f"no evaluation cell of plan {study.identity()} has finished in {out} yet")
+            return 0
+        done = sum(e["cells"] for e in report["table"])
+        print(format_table(report))
+        print(f"\n{done} of {len(study.eval_cells())} evaluation cells finished"
+              + ("" if report["complete"] else "; rows marked (incomplete) miss cells"))
         return 0
     report = run_study(study, out, overwrite=args.overwrite, progress=not args.no_progress)
     print(format_table(report))
@@ -59,7 +69,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                      "samplers × NFE) with one results table")
     p.add_argument("--plan", required=True, help="the study plan (e.g. configs/study-toy-level1.yaml)")
     p.add_argument("--out", help="output folder (default runs/study-<plan name>)")
-    p.add_argument("--dry-run", action="store_true", help="print the cells and what is done; run nothing")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="print the cells and what is done; run nothing")
+    mode.add_argument("--report", action="store_true",
+                      help="print the table of the cells finished so far (also while a study runs); run nothing")
     p.add_argument("--overwrite", action="store_true",
                    help="discard what another plan made in --out (its runs included) instead of refusing")
     p.add_argument("--no-progress", action="store_true")

@@ -121,6 +121,18 @@ def status(study: Study, out: Path) -> dict:
     return {"out": str(out), "identity": study.identity(), "held_identity": held, "training": cells}
 
 
+def report_so_far(study: Study, out: Path) -> dict:
+    """The report of the cells finished in ``out`` so far (``--report``), read without the lock
+    and without writing: a study may be running there. Entries with missing cells say
+    ``complete: False``."""
+    held = stored_identity(out) if out.is_dir() else None
+    if held != study.identity():
+        raise ValueError(f"{out} does not hold this plan's cells (it holds {held or 'no study'}; "
+                         f"this plan is {study.identity()})")
+    return build_report(study, finished_rows(out, repair=False),
+                        {c.id: run_dir(out, c) for c in study.train_cells()})
+
+
 def _say(message: str, progress: bool) -> None:
     if progress:
         print(message, file=sys.stderr, flush=True)

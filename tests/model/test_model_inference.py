@@ -1,0 +1,88 @@
+"""The bf16 inference copy computes exactly what bf16 autocast computes on the student, and
+follows the student's weights."""
+
+import torch
+
+from elfreg.config import ModelConfig
+from elfreg.model.inference import Bf16Copy
+from elfreg.model.student import Student
+from elfreg.sampling.network import StudentNetwork
+
+CFG = ModelConfig(width=32, depth=2, heads=2, repa_block=1, projector_hidden=16, time_freq_dim=16)
+
+
+def _student(extra_token: str = "reg") -> Student:
+    torch.manual_seed(5)
+    s = Student(CFG, 8, 50, 6, extra_token=extra_token, repa=True)
+    for p in s.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    return s
+
+
+def _inputs(b: int = 3, length: int = 12):
+    g = torch.Generator().manual_seed(2)
+    mask = torch.arange(length)[None] < torch.tensor([2, 4, 5])[:b, None]
+    return (torch.randn(b, length, 8, generator=g), torch.randn(b, length, 8, generator=g),
+            torch.rand(b, generator=g), torch.full((b,), 1.5), mask, torch.randn(b, 6, generator=g))
+
+
+def _autocast_reference(student: Student, z, q, t, w, mask, reg):
+    """What the network computed before the copy existed: the fp32 student under autocast."""
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        den = student(z, q, t, w, mask, reg=reg, reg_self_cond=reg)
+        ones = torch.ones(z.shape[0], dtype=torch.bool)
+        hidden = student(z, torch.zeros_like(z), torch.ones_like(t), w, mask, decode=ones, reg=reg).hidden
+        ids = torch.full(mask.shape, -1, dtype=torch.long)
+        ids[~mask] = student.decode_logits(hidden[~mask]).argmax(-1)
+    return den.x_hat.float(), den.reg_hat.float(), hidden, ids
+
+
+def test_the_bf16_copy_equals_autocast_bit_for_bit():
+    student = _student()
+    z, q, t, w, mask, reg = _inputs()
+    x_ref, r_ref, h_ref, ids_ref = _autocast_reference(student, z, q, t, w, mask, reg)
+    net = StudentNetwork(student, bf16=True)
+    x_hat, r_hat = net.denoise(z, q, t, w, mask, reg, reg)
+    assert torch.equal(x_hat, x_ref) and torch.equal(r_hat, r_ref)
+    assert torch.equal(net.decode_hidden(z, mask, reg, w), h_ref)
+    assert torch.equal(net.decode(z, mask, reg, w), ids_ref)
+    # and the result really is bf16 arithmetic, not the fp32 student's
+    x32, _ = StudentNetwork(student, bf16=False).denoise(z, q, t, w, mask, reg, reg)
+    assert not torch.equal(x32, x_hat) and torch.allclose(x32, x_hat, atol=0.1, rtol=0.1)
+
+
+def test_the_copy_holds_bf16_matmul_weights_and_leaves_the_student_alone():
+    student = _student("learned")
+    copy = Bf16Copy(student).get()
+    assert copy.in_proj.weight.dtype == torch.bfloat16 and copy.vocab_head.weight.dtype == torch.bfloat16
+    assert copy.blocks[0].attn.qkv.weight.dtype == torch.bfloat16
+    # norms, embeddings and prefix tokens keep the student's precision (autocast leaves them fp32)
+    for p in (copy.out_norm.weight, copy.segment.weight, copy.mode_token, copy.learned_token):
+        assert p.dtype == torch.float32
+    assert all(p.dtype == torch.float32 and p.requires_grad for p in student.parameters())
+    assert not any(p.requires_grad for p in copy.parameters())
+
+
+def test_the_copy_follows_changes_to_the_student():
+    student = _student()
+    z, q, t, w, mask, reg = _inputs()
+    net = StudentNetwork(student, bf16=True)
+    cache = net._bf16_copy
+    first = cache.get()
+    assert cache.get() is first  # nothing changed: not rebuilt
+    before, _ = net.denoise(z, q, t, w, mask, reg, reg)
+
+    opt = torch.optim.SGD(student.parameters(), lr=0.05)  # an optimiser step writes in place
+    student(z, q, t, w, mask, reg=reg).x_hat.square().mean().backward()
+    opt.step()
+    after, _ = net.denoise(z, q, t, w, mask, reg, reg)
+    assert cache.get() is not first and not torch.equal(after, before)
+    assert torch.equal(after, _autocast_reference(student, z, q, t, w, mask, reg)[0])
+
+    state = {k: v.clone() for k, v in _student().state_dict().items()}
+    student.load_state_dict(state)  # load_state_dict copies in place
+    assert torch.equal(net.denoise(z, q, t, w, mask, reg, reg)[0],
+                       _autocast_reference(student, z, q, t, w, mask, reg)[0])
+    student.out_x.weight = torch.nn.Parameter(torch.zeros_like(student.out_x.weight))  # a replaced tensor
+    assert torch.equal(net.denoise(z, q, t, w, mask, reg, reg)[0],
+                       _autocast_reference(student, z, q, t, w, mask, reg)[0])
