@@ -72,6 +72,9 @@ def test_the_shipped_plans_load():
     assert {"early-stop", "full-span", "renoise", "renoise-schedule", "renoise-noise", "reg-off"} == set(
         study.plan.samplers)
     assert len(study.train_cells()) == 15 and len(study.eval_cells()) == 15 * 5 * 12 + 6 * 12
+    level2 = load_plan(CONFIGS / "study-toy-level2.yaml")
+    assert level2.base.data.toy_level == 2 and level2.base.train.steps == 6000
+    assert len(level2.train_cells()) == 2 and len(level2.eval_cells()) == 2 * 2 * 3 * 2
     quick = load_plan(CONFIGS / "study-quick.yaml")
     assert quick.base.text.encoder == "toy-quick:encoder" and quick.base.eval.limit == 48
 
