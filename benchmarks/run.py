@@ -104,10 +104,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ceiling = result["gemm"]["ceiling_gflops"][precision]
     if "sampling" in args.sections:
         probe_n = max(cfg["gemm_sizes"])
-        result["sampling"] = {"per_call": [per_call(s, bs, precision, ceiling, repeats, device, probe_n)
+        compiled = not args.quick  # compiling takes minutes; the smoke run leaves it out
+        result["sampling"] = {"per_call": [per_call(s, bs, precision, ceiling, repeats, device, probe_n, compiled)
                                            for s, bs in cfg["call_shapes"]],
                               "end_to_end": end_to_end(cfg["e2e_shape"], cfg["e2e_batches"], cfg["nfes"],
-                                                       precision, repeats, device)}
+                                                       precision, repeats, device, compiled)}
         result["memory"]["sampling"] = peak_memory_bytes(device)
     if "train" in args.sections:
         result["train"] = []

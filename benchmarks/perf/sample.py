@@ -33,14 +33,14 @@ from .gemm import GemmProbe
 from .train import Shape
 
 
-def _student_network(shape: Shape, precision: str, device: torch.device) -> StudentNetwork:
+def _student_network(shape: Shape, precision: str, device: torch.device, compile: bool = False) -> StudentNetwork:
     torch.manual_seed(0)
     cfg = shape.config(reg=True)
     student = student_from_config(cfg, shape.enc_dim, shape.vocab, shape.teacher_dim).to(device)
     # a random student's x̂ head starts at zero; give it weights so calls see ordinary numbers
     torch.nn.init.normal_(student.out_x.weight, std=0.02)
     torch.nn.init.normal_(student.reg_out.weight, std=0.02)
-    return StudentNetwork(student, bf16=precision == "bf16", eos_id=None)
+    return StudentNetwork(student, bf16=precision == "bf16", eos_id=None, compile=compile)
 
 
 def _inputs(shape: Shape, batch: int, device: torch.device) -> dict[str, torch.Tensor]:
@@ -59,12 +59,15 @@ def _flops(fn) -> float:
 
 
 def per_call(shape: Shape, batches: list[int], precision: str, ceiling_gflops: float, repeats: int,
-             device: torch.device, probe_n: int = 2048) -> dict[str, Any]:
+             device: torch.device, probe_n: int = 2048, compiled: bool = False) -> dict[str, Any]:
     """Seconds, FLOPs, floor and time/floor of a denoise and a decode call at each batch size,
     and decode/denoise; every call of every batch size and a GEMM probe (n = ``probe_n``) timed
     interleaved. The floor divides by the probe's GFLOP/s (same rounds, same load);
-    ``over_run_floor`` divides by ``ceiling_gflops`` (the run's GEMM section) instead."""
+    ``over_run_floor`` divides by ``ceiling_gflops`` (the run's GEMM section) instead. With
+    ``compiled``, a denoise call of the same network through ``torch.compile`` too (compiled in
+    the untimed warm-up round)."""
     net = _student_network(shape, precision, device)
+    fast = _student_network(shape, precision, device, compile=True) if compiled else None
     cases, flops = {}, {}
     for b in batches:
         x = _inputs(shape, b, device)
@@ -84,9 +87,13 @@ def per_call(shape: Shape, batches: list[int], precision: str, ceiling_gflops: f
         kinds = [("denoise", denoise), ("decode", decode)]
         if net.bf16:
             kinds.append(("denoise, autocast casts", denoise_autocast))
+        if fast is not None:
+            kinds.append(("denoise, compiled", lambda x=x, q=q: fast.denoise(x["z"], q, x["t"], x["w"],
+                                                                            x["prompt_mask"], x["reg"], None)))
         for kind, fn in kinds:
             cases[(kind, b)] = fn
-            flops[(kind, b)] = _flops(fn)
+            # the compiled call does the denoise call's work; counting it would trace it under hooks
+            flops[(kind, b)] = flops[("denoise", b)] if kind == "denoise, compiled" else _flops(fn)
     probe = GemmProbe(probe_n, precision, device)
     seconds = interleaved({"gemm_probe": probe, **{f"{k}_{b}": fn for (k, b), fn in cases.items()}}, repeats, device)
     probe_gflops = probe.gflops(seconds["gemm_probe"])
@@ -98,7 +105,7 @@ def per_call(shape: Shape, batches: list[int], precision: str, ceiling_gflops: f
                                 "over_floor": s / floor, "over_run_floor": s / (f / (ceiling_gflops * 1e9))}
     for b in batches:
         denoise_seconds = rows[f"denoise_b{b}"]["seconds"]
-        for kind in ("decode", "denoise, autocast casts"):
+        for kind in ("decode", "denoise, autocast casts", "denoise, compiled"):
             if f"{kind}_b{b}" in rows:
                 rows[f"{kind}_b{b}"]["over_denoise"] = rows[f"{kind}_b{b}"]["seconds"] / denoise_seconds
     return {"shape": shape.name, "precision": precision, "repeats": repeats,
@@ -121,11 +128,15 @@ def ar_model(shape: Shape, device: torch.device):
 
 
 def end_to_end(shape: Shape, batches: list[int], nfes: list[int], precision: str, repeats: int,
-               device: torch.device) -> dict[str, Any]:
+               device: torch.device, compiled: bool = False) -> dict[str, Any]:
     """Seconds per batch of early-stop and full-span sampling at each NFE and of AR generation
     of ``canvas − prompt`` tokens, at each batch size, all timed interleaved; each ELF row
-    carries ``over_ar`` (its time / AR's: < 1 means ELF is faster)."""
+    carries ``over_ar`` (its time / AR's: < 1 means ELF is faster). With ``compiled``, early-stop
+    through a ``torch.compile``-d network too (model ``elf-reg, compiled``)."""
     net = _student_network(shape, precision, device)
+    nets = {"elf-reg": net}
+    if compiled:
+        nets["elf-reg, compiled"] = _student_network(shape, precision, device, compile=True)
     ar = ar_model(shape, device)
     new_tokens = shape.canvas - shape.prompt
     flow = FlowConfig()
@@ -133,13 +144,15 @@ def end_to_end(shape: Shape, batches: list[int], nfes: list[int], precision: str
     for b in batches:
         x = _inputs(shape, b, device)
         seeds = list(range(b))
-        for sampler in ("early-stop", "full-span"):
+        runs = [("elf-reg", "early-stop"), ("elf-reg", "full-span")]
+        runs += [(m, "early-stop") for m in nets if m != "elf-reg"]
+        for model, sampler in runs:
             for n in nfes:
                 cfg = SampleConfig(sampler=sampler, nfe=n, sc_cfg=1.0)
-                name = f"{sampler}_nfe{n}_b{b}"
-                cases[name] = (lambda x=x, cfg=cfg, seeds=seeds:
+                name = f"{model}_{sampler}_nfe{n}_b{b}"
+                cases[name] = (lambda x=x, cfg=cfg, seeds=seeds, net=nets[model]:
                                run_sampler(net, x["z"], x["prompt_mask"], seeds, cfg, flow))
-                meta[name] = {"model": "elf-reg", "sampler": sampler, "nfe": n, "batch": b}
+                meta[name] = {"model": model, "sampler": sampler, "nfe": n, "batch": b}
         ids = torch.randint(1, shape.vocab, (b, shape.prompt), generator=torch.Generator().manual_seed(b)).to(device)
 
         def generate(ids=ids):
@@ -152,7 +165,7 @@ def end_to_end(shape: Shape, batches: list[int], nfes: list[int], precision: str
     seconds = interleaved(cases, repeats, device)
     rows = {name: {**meta[name], "seconds": s} for name, s in seconds.items()}
     for row in rows.values():
-        if row["model"] == "elf-reg":
+        if row["model"] != "ar-kv-cache":
             row["over_ar"] = row["seconds"] / rows[f"ar_b{row['batch']}"]["seconds"]
     return {"shape": shape.name, "precision": precision, "repeats": repeats, "new_tokens": new_tokens,
             "rows": rows}

@@ -86,3 +86,18 @@ def test_the_copy_follows_changes_to_the_student():
     student.out_x.weight = torch.nn.Parameter(torch.zeros_like(student.out_x.weight))  # a replaced tensor
     assert torch.equal(net.denoise(z, q, t, w, mask, reg, reg)[0],
                        _autocast_reference(student, z, q, t, w, mask, reg)[0])
+
+
+def test_a_compiled_network_gives_the_eager_networks_predictions():
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    student = _student()
+    z, q, t, w, mask, reg = _inputs()
+    eager = StudentNetwork(student, bf16=False)
+    compiled = StudentNetwork(student, bf16=False, compile=True)
+    assert isinstance(compiled._model(), OptimizedModule) and compiled._model() is compiled._model()
+    x_e, r_e = eager.denoise(z, q, t, w, mask, reg, reg)
+    x_c, r_c = compiled.denoise(z, q, t, w, mask, reg, reg)
+    torch.testing.assert_close(x_c, x_e, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(r_c, r_e, rtol=1e-5, atol=1e-5)
+    assert torch.equal(compiled.decode(z, mask, reg, w), eager.decode(z, mask, reg, w))

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     SampleConfig().replace(**overrides)  # bad settings fail before the checkpoint is loaded
     models = load_checkpoint(args.checkpoint, args.device, args.precision, use_ema=not args.raw_weights)
     results = generate(models, prompts, models.config.sample.replace(**overrides), samples=args.samples,
-                       seed=args.seed, batch_size=args.batch_size,
+                       seed=args.seed, batch_size=args.batch_size, compile=args.compile,
                        record_every=args.record_every if args.trajectory_dir else 0, progress=not args.no_progress)
 
     for r in results:
@@ -87,6 +87,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--precision", choices=PRECISIONS, default="auto")
     p.add_argument("--raw-weights", action="store_true", help="use the raw weights instead of the EMA")
+    p.add_argument("--compile", action="store_true",
+                   help="run the student through torch.compile (pays over many calls at small shapes)")
     p.add_argument("--out", help="write one JSON object per sample to this .jsonl file")
     p.add_argument("--trajectory-dir", help="save one trajectory file (.safetensors) per sample here")
     p.add_argument("--record-every", type=int, default=1, help="trajectory: record every k-th step")

@@ -87,7 +87,7 @@ def answer_text(tokenizer: PreTrainedTokenizerBase, tokens: list[int]) -> str:
 def generate(model: SamplingModels | Student | Network, prompts: list[str], sample: SampleConfig | None = None,
              *, frozen_text: FrozenText | None = None, flow: FlowConfig | None = None, samples: int = 1,
              seed: int = 0, answer_key: AnswerKey | None = None, batch_size: int = 8, precision: str | None = None,
-             record_every: int = 0, record_steps: Collection[int] = (),
+             record_every: int = 0, record_steps: Collection[int] = (), compile: bool = False,
              progress: bool = True) -> list[GenerationResult]:
     """Generate ``samples`` answers for each prompt (spec §4): the one generation entry point.
 
@@ -101,7 +101,9 @@ def generate(model: SamplingModels | Student | Network, prompts: list[str], samp
     A :class:`Student` runs on its device under ``precision`` (``auto``:
     :func:`elfreg.device.resolve_precision`); any other network is used as it is.
     ``record_every`` > 0 attaches a :class:`Trajectory` of every k-th step to every result;
-    ``record_steps`` (step indices j) records those steps instead or as well.
+    ``record_steps`` (step indices j) records those steps instead or as well. ``compile`` runs a
+    :class:`Student`'s forward through ``torch.compile`` (:class:`StudentNetwork`): faster calls
+    at small shapes after a compile of tens of seconds, the same answers up to float rounding.
     """
     if isinstance(model, SamplingModels):
         frozen_text = frozen_text or model.frozen
@@ -120,7 +122,7 @@ def generate(model: SamplingModels | Student | Network, prompts: list[str], samp
     tokenizer, eos = frozen_text.tokenizer, frozen_text.tokenizer.eos_token_id
     if isinstance(model, Student):
         device = next(model.parameters()).device
-        net = StudentNetwork(model, use_bf16(device, precision or "auto"), eos_id=eos)
+        net = StudentNetwork(model, use_bf16(device, precision or "auto"), eos_id=eos, compile=compile)
     else:
         net = as_network(model)
         device = net.device if isinstance(net, StudentNetwork) else torch.device(getattr(net, "device", "cpu"))

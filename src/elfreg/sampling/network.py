@@ -17,7 +17,10 @@ predictions are known analytically. :class:`StudentNetwork` adapts a trained
 With ``bf16`` the calls run under bf16 autocast on a bf16 copy of the student's matmul weights
 (:class:`~elfreg.model.inference.Bf16Copy`), made once instead of autocast's cast per call and
 remade when the student's weights change: the same numbers, bit for bit, without the per-call
-weight traffic.
+weight traffic. With ``compile`` the student's forward runs through ``torch.compile`` (compiled
+on first use and again for each new shape, tens of seconds each on a CPU; the same numbers up to
+float rounding): it pays at small shapes, where per-call overhead dominates, over many calls
+(docs/performance.md).
 
 NFE is counted by :class:`CountingNetwork`, which wraps the network the samplers call (spec §4).
 Definition used throughout elfreg: one forward pass of the network over a batch counts **one
@@ -73,10 +76,12 @@ class StudentNetwork:
     """A :class:`Network` backed by a :class:`Student` (eval mode, no gradient, optional bf16)."""
 
     def __init__(self, student: Student, bf16: bool = False, eos_id: int | None = None,
-                 logits_per_chunk: int = LOGITS_PER_CHUNK):
+                 logits_per_chunk: int = LOGITS_PER_CHUNK, compile: bool = False):
         self.student = student.eval()
         self.bf16 = bf16
         self._bf16_copy = Bf16Copy(student) if bf16 else None
+        self.compile = compile
+        self._compiled: tuple[Student, Student] | None = None  # (module, its compiled wrapper)
         self.eos_id = eos_id
         self.reg_dim = student.teacher_dim if student.extra_token == "reg" else None
         self.positions_per_chunk = max(1, logits_per_chunk // student.vocab_size)
@@ -86,8 +91,14 @@ class StudentNetwork:
         return next(self.student.parameters()).device
 
     def _model(self) -> Student:
-        """The module that runs the calls: the student, or its bf16 copy (kept current)."""
-        return self.student if self._bf16_copy is None else self._bf16_copy.get()
+        """The module that runs the calls: the student, or its bf16 copy (kept current);
+        compiled when asked (the compiled wrapper's other methods run the module's own)."""
+        model = self.student if self._bf16_copy is None else self._bf16_copy.get()
+        if not self.compile:
+            return model
+        if self._compiled is None or self._compiled[0] is not model:
+            self._compiled = (model, torch.compile(model))
+        return self._compiled[1]
 
     @torch.no_grad()
     def denoise(self, z: torch.Tensor, q: torch.Tensor, t: torch.Tensor, w: torch.Tensor,
