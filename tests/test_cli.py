@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,19 @@ def test_a_read_only_output_folder_is_one_line(setup, tmp_path, capsys):
     finally:
         subprocess.run(["umount", str(ro)], check=False)
     assert Path(ro).exists()
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    # `elfreg ... | head`: the pipe closes while the command still prints
+    script = ("import sys, elfreg.study.cli as c\n"
+              "def run(args):\n"
+              "    for i in range(200000):\n"
+              "        print('row', i)\n"
+              "c.run = run\n"
+              "from elfreg.cli import main\n"
+              "sys.exit(main(['study', '--plan', 'x.yaml']))\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline() == b"row 0\n"
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and stderr == ""

@@ -87,6 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _one_line(f"elfreg {args.command}: interrupted")
         return 130
+    except BrokenPipeError:
+        # the reader went away (`elfreg ... | head`): not an error of ours; stop quietly, and keep
+        # the interpreter's final flush of stdout from raising again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as err:  # noqa: BLE001 - the one place failures become one line
         if debug:
             raise
