@@ -24,6 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from perf.common import machine_description, peak_memory_bytes  # noqa: E402
+from perf.frozen import frozen_cases, frozen_shapes  # noqa: E402
 from perf.gemm import gemm_ceilings  # noqa: E402
 from perf.report import markdown  # noqa: E402
 from perf.sample import end_to_end, per_call  # noqa: E402
@@ -33,9 +34,10 @@ from elfreg.device import resolve_device, resolve_precision  # noqa: E402
 
 SECTIONS = ("gemm", "train", "sampling")
 
-# the toy demo (src/elfreg/toy/demo.py): 128 × 4 student, toy encoder 128 wide, teacher 192 wide
+# the toy demo (src/elfreg/toy/demo.py): 128 × 4 student, toy encoder 128 wide, teacher 192 wide, the
+# toy LMs' vocabulary of 832 (the student's vocabulary head is the encoder's)
 DEMO = Shape("demo", width=128, depth=4, heads=2, repa_block=2, projector_hidden=256, enc_dim=128,
-             teacher_dim=192, vocab=128, batch=32, canvas=56, prompt=16, time_freq_dim=64)
+             teacher_dim=192, vocab=832, batch=32, canvas=56, prompt=16, time_freq_dim=64)
 # ELF-REG-B (configs/elf-reg-b-gsm8k.yaml) at batch 4 × canvas 256 (CPU-sized)
 B = Shape("elf-reg-b", width=768, depth=12, heads=12, repa_block=4, projector_hidden=2048, enc_dim=1024,
           teacher_dim=2048, vocab=151_936, batch=4, canvas=256, prompt=64)
@@ -59,17 +61,9 @@ def plan(quick: bool) -> dict[str, Any]:
 def modelled_end_to_end(shape: Shape) -> dict[str, float]:
     """ELF-REG/ELF of the modelled FLOPs per canvas position *with* the frozen forwards
     (:func:`elfreg.train.cost.flops_per_token`): encoder for both, teacher for ELF-REG."""
-    from elfreg.train.cost import QWEN3, LMShape, flops_per_token
+    from elfreg.train.cost import flops_per_token
 
-    if shape.name == "elf-reg-b":
-        enc_spec, tea_spec = QWEN3["Qwen/Qwen3-0.6B-Base"], QWEN3["Qwen/Qwen3-1.7B-Base"]
-        enc = LMShape(enc_spec["width"], 20, enc_spec["heads"], enc_spec["kv_heads"], enc_spec["head_dim"],
-                      enc_spec["intermediate"], enc_spec["vocab"])
-        tea = LMShape(tea_spec["width"], 24, tea_spec["heads"], tea_spec["kv_heads"], tea_spec["head_dim"],
-                      tea_spec["intermediate"], tea_spec["vocab"])
-    else:  # the toy LMs' shapes (src/elfreg/toy/assets.py), read at the demo's layers
-        enc = LMShape(shape.enc_dim, 2, 4, 2, shape.enc_dim // 4, 3 * shape.enc_dim, shape.vocab)
-        tea = LMShape(shape.teacher_dim, 2, 6, 2, 32, (8 * shape.teacher_dim) // 3, shape.vocab)
+    enc, tea, _ = frozen_shapes(shape)
     reg = flops_per_token(shape.config(True), enc, tea)
     elf = flops_per_token(shape.config(False), enc, None)
     return {"elf_reg_flops_per_position": reg["total"], "elf_flops_per_position": elf["total"],
@@ -113,7 +107,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if "train" in args.sections:
         result["train"] = []
         for shape in cfg["train_shapes"]:
-            section = train_section(shape, precision, ceiling, repeats, device, max(cfg["gemm_sizes"]))
+            section = train_section(shape, precision, ceiling, repeats, device, max(cfg["gemm_sizes"]),
+                                    frozen_cases(shape, precision, device))
             section["modelled_end_to_end"] = modelled_end_to_end(shape)
             section["optimizer_impls"] = optimizer_section(shape, repeats, device)
             result["train"].append(section)

@@ -50,6 +50,13 @@ def markdown(r: dict[str, Any]) -> str:
         lines += ["", f"ELF-REG / ELF step time, student only (measured): **{sec['elf_reg_over_elf']:.3f}**; "
                   f"with the frozen forwards (modelled FLOPs, `elfreg.train.cost`): **{me['elf_reg_over_elf']:.3f}** "
                   f"(frozen models {me['frozen_share_elf_reg']:.0%} of ELF-REG's FLOPs).", ""]
+        e2e = sec.get("end_to_end")
+        if e2e:
+            lines += [f"End to end, measured in the same rounds (random bf16 frozen models of the run's shapes, "
+                      f"read every step, no feature cache): encoder read {_ms(e2e['encoder_read'])} ms, teacher "
+                      f"read {_ms(e2e['teacher_read'])} ms; ELF step {_ms(e2e['elf_step'])} ms, ELF-REG step "
+                      f"{_ms(e2e['elf_reg_step'])} ms: ELF-REG / ELF **{e2e['elf_reg_over_elf']:.3f}** (frozen "
+                      f"reads {e2e['frozen_share_elf_reg']:.0%} of the ELF-REG step).", ""]
         oi = sec.get("optimizer_impls")
         if oi:
             lines += ["Optimiser step (clip + AdamW) by implementation, same gradients, interleaved: "

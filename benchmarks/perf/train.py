@@ -161,16 +161,19 @@ class _ProbeStep:
 
 
 def train_section(shape: Shape, precision: str, ceiling_gflops: float, repeats: int, device: torch.device,
-                  probe_n: int = 2048) -> dict:
+                  probe_n: int = 2048, frozen: dict[str, Any] | None = None) -> dict:
     """ELF-REG and ELF steps at ``shape`` and a GEMM probe (n = ``probe_n``, ``precision``),
     interleaved: phase seconds, FLOPs, achieved GFLOP/s of forward + backward and its fraction of
     the probe's GFLOP/s in the same rounds (``fraction_of_ceiling``) and of ``ceiling_gflops``
     (the run's GEMM section, ``fraction_of_run_ceiling``), the ELF-REG/ELF ratio of step time and
-    the optimiser's share of the step."""
+    the optimiser's share of the step. ``frozen``: the frozen reads ``encoder_read`` and
+    ``teacher_read`` (:func:`perf.frozen.frozen_cases`), timed in the same rounds; then
+    ``end_to_end`` holds each model's step with the reads it needs (ELF: the encoder; ELF-REG:
+    both) and their ratio."""
     cases = {"elf_reg": StepCase(shape, True, precision, device), "elf": StepCase(shape, False, precision, device)}
     flops = {name: c.flops() for name, c in cases.items()}
     probe = GemmProbe(probe_n, precision, device)
-    seconds = interleaved_steps({**cases, "gemm_probe": _ProbeStep(probe, device)}, repeats)
+    seconds = interleaved_steps({**cases, **(frozen or {}), "gemm_probe": _ProbeStep(probe, device)}, repeats)
     probe_gflops = probe.gflops(seconds["gemm_probe"]["step"])
     out: dict[str, Any] = {"shape": dataclasses.asdict(shape), "precision": precision, "repeats": repeats,
                            "probe": {"n": probe_n, "gflops": probe_gflops}}
@@ -184,6 +187,11 @@ def train_section(shape: Shape, precision: str, ceiling_gflops: float, repeats: 
                      "step_fraction_of_ceiling": fb_flops / s["step"] / 1e9 / probe_gflops,
                      "optimizer_share": s["optimizer"] / s["step"]}
     out["elf_reg_over_elf"] = seconds["elf_reg"]["step"] / seconds["elf"]["step"]
+    if frozen:
+        enc, tea = seconds["encoder_read"]["step"], seconds["teacher_read"]["step"]
+        elf, reg = seconds["elf"]["step"] + enc, seconds["elf_reg"]["step"] + enc + tea
+        out["end_to_end"] = {"encoder_read": enc, "teacher_read": tea, "elf_step": elf, "elf_reg_step": reg,
+                             "elf_reg_over_elf": reg / elf, "frozen_share_elf_reg": (enc + tea) / reg}
     del cases
     return out
 
