@@ -51,10 +51,12 @@ def plan(quick: bool) -> dict[str, Any]:
     """Shapes, sizes and repeats of a run."""
     if quick:
         return {"repeats": 1, "gemm_sizes": [128, 256], "train_shapes": [TINY, TINY_WIDE],
-                "call_shapes": [(TINY, [1, 4]), (TINY_WIDE, [1])], "e2e_shape": TINY, "e2e_batches": [1, 2],
+                "call_shapes": [(TINY, [1, 4]), (TINY_WIDE, [1])], "e2e": [(TINY, [1, 2], 1)],
                 "nfes": [4, 8]}
     return {"repeats": 3, "gemm_sizes": [1024, 2048], "train_shapes": [DEMO, B],
-            "call_shapes": [(DEMO, [1, 8, 32]), (B, [1, 8])], "e2e_shape": DEMO, "e2e_batches": [1, 16],
+            "call_shapes": [(DEMO, [1, 8, 32]), (B, [1, 8])],
+            # (shape, batches, repeats or 0 for the run's): the B shape end to end takes minutes a round
+            "e2e": [(DEMO, [1, 16], 0), (B, [1], 1)],
             "nfes": [16, 64]}
 
 
@@ -101,8 +103,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         compiled = not args.quick  # compiling takes minutes; the smoke run leaves it out
         result["sampling"] = {"per_call": [per_call(s, bs, precision, ceiling, repeats, device, probe_n, compiled)
                                            for s, bs in cfg["call_shapes"]],
-                              "end_to_end": end_to_end(cfg["e2e_shape"], cfg["e2e_batches"], cfg["nfes"],
-                                                       precision, repeats, device, compiled)}
+                              "end_to_end": [end_to_end(s, bs, cfg["nfes"], precision, n or repeats, device,
+                                                        compiled and s is not B)  # compiling B: minutes
+                                             for s, bs, n in cfg["e2e"]]}
         result["memory"]["sampling"] = peak_memory_bytes(device)
     if "train" in args.sections:
         result["train"] = []
