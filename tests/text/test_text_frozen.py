@@ -132,3 +132,23 @@ def test_frozen_models_default_to_the_training_precision_of_the_device(tiny_cfg)
     auto = use_bf16(torch.device("cpu"), "auto")
     assert frozen.encoder.reader.bf16 is auto and frozen.teacher.reader.bf16 is auto
     assert load_frozen_text(tiny_cfg().text, with_teacher=False, bf16=not auto).encoder.reader.bf16 is (not auto)
+
+
+def test_an_fp32_run_reads_a_bf16_checkpoint_in_fp32(tmp_path, tiny_assets, tiny_cfg):
+    # real checkpoints store bf16 and load in it; fp32 precision must not read features in bf16
+    import dataclasses
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    stored = tmp_path / "bf16"
+    shutil.copytree(tiny_assets["encoder"], stored)
+    AutoModelForCausalLM.from_pretrained(str(tiny_assets["encoder"])).to(torch.bfloat16).save_pretrained(stored)
+    assert next(load_causal_lm(str(stored)).parameters()).dtype == torch.bfloat16
+    text = dataclasses.replace(tiny_cfg().text, encoder=str(stored), teacher=str(stored))
+    fp32 = load_frozen_text(text, with_teacher=True, bf16=False)
+    assert {p.dtype for p in fp32.encoder.reader.base.parameters()} == {torch.float32}
+    assert {p.dtype for p in fp32.teacher.reader.base.parameters()} == {torch.float32}
+    assert fp32.encoder.encode(torch.tensor([[1, 2, 3]])).dtype == torch.float32
+    kept = load_frozen_text(text, with_teacher=False, bf16=True)
+    assert {p.dtype for p in kept.encoder.reader.base.parameters()} == {torch.bfloat16}

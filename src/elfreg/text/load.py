@@ -29,7 +29,10 @@ def load_frozen_text(cfg: TextConfig, with_teacher: bool, device: torch.device |
     """Tokenizer, canvas builder, encoder and (for REPA/REG training only) the teacher.
 
     ``bf16`` (autocast of the frozen models) defaults to what ``precision: auto`` picks on
-    ``device``, so features match those a default training run saw.
+    ``device``, so features match those a default training run saw. Without bf16 the frozen
+    weights are fp32 whatever dtype the checkpoint stores: real checkpoints load in their own
+    dtype (bf16 for Qwen3), and an fp32 run must not read its features in bf16. With bf16 they
+    keep the checkpoint's dtype (half the memory of fp32 for the real models).
 
     Inference passes ``with_teacher=False``: the teacher is never loaded there. Model ids of the
     form ``toy:encoder`` resolve to the cached toy build (:mod:`elfreg.toy.registry`).
@@ -39,13 +42,14 @@ def load_frozen_text(cfg: TextConfig, with_teacher: bool, device: torch.device |
         bf16 = use_bf16(torch.device(device), "auto")
     tokenizer = load_tokenizer(cfg.tokenizer or cfg.encoder,
                                cfg.encoder_revision if cfg.tokenizer is None else None)
-    encoder = FrozenEncoder(load_causal_lm(cfg.encoder, cfg.encoder_revision).to(device),
+    weights = None if bf16 else torch.float32
+    encoder = FrozenEncoder(load_causal_lm(cfg.encoder, cfg.encoder_revision).to(device, weights),
                             cfg.encoder_layer, bf16)
     teacher = None
     if with_teacher:
         if not cfg.teacher:
             raise ValueError("text.teacher is not set but REPA/REG need a teacher")
-        teacher = FrozenTeacher(load_causal_lm(cfg.teacher, cfg.teacher_revision).to(device),
+        teacher = FrozenTeacher(load_causal_lm(cfg.teacher, cfg.teacher_revision).to(device, weights),
                                 cfg.repa_layer, cfg.reg_layer, cfg.repa_shift, bf16)
     teacher_tok = None
     if teacher is not None and cfg.tokenizer is None and cfg.teacher != cfg.encoder and _has_tokenizer(cfg.teacher):
