@@ -114,3 +114,21 @@ def test_a_plan_without_axes_or_with_a_bad_base_file_is_refused(tmp_path, capsys
     plan = write_plan(tmp_path, base="missing.yaml")
     assert main(["study", "--plan", str(plan)]) == 2
     assert "missing.yaml" in capsys.readouterr().err
+
+
+def test_rows_match_sample_settings_across_added_fields():
+    from dataclasses import asdict
+
+    from elfreg.config import SampleConfig
+    from elfreg.study.plan import first_difference, sample_settings_match
+
+    now = SampleConfig(sampler="full-span", nfe=16)
+    recorded = asdict(now)
+    assert sample_settings_match(recorded, now)
+    assert not sample_settings_match(recorded, now.replace(nfe=8))
+    # a row made before a setting existed: it was made with the setting's default
+    older = {k: v for k, v in recorded.items() if k != "rho"}
+    assert sample_settings_match(older, now) and not sample_settings_match(older, now.replace(rho=16))
+    assert not sample_settings_match({**recorded, "gone": 1}, now)  # a setting that no longer exists
+    assert first_difference({"a": {"b": 1, "c": 2}}, {"a": {"b": 1, "c": 3}}) == "a.c"
+    assert first_difference({"a": 1}, {"a": 1, "z": 0}) == "z" and first_difference([1], [1]) is None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -91,7 +92,7 @@ def test_a_killed_study_resumes_without_redoing_a_cell(plan_args, tmp_path, monk
     assert "| elf | early-stop | 4 |" in printed and "1 × 2 (incomplete)" in printed
     assert "| elf-reg | reg-off | 16 | n/a |" in printed  # no cell of it yet
     assert not (out / "table.md").exists()
-    with pytest.raises(ValueError, match="does not hold this plan's cells"):
+    with pytest.raises(ValueError, match="holds no study"):
         runner.report_so_far(study, tmp_path / "empty")
     # ... then in the third step of elf/t1, after its checkpoint at step 2
     first = counts
@@ -123,27 +124,42 @@ def test_a_killed_study_resumes_without_redoing_a_cell(plan_args, tmp_path, monk
     assert counts == {"evals": 0, "steps": {}}
 
 
-def test_the_folder_belongs_to_one_plan(plan_args, tmp_path, capsys):
+def test_a_folder_grows_and_refuses_a_model_trained_otherwise(plan_args, tmp_path, capsys):
     study = load_plan(QUICK, plan_args)
     out = tmp_path / "study"
     runner.claim_folder(study, out)
     (out / "runs" / "elf" / "t0").mkdir(parents=True)
-    (out / "results.jsonl").write_text('{"cell": "elf/t0/early-stop/nfe4/s0"}\n')
+    row = {"cell": "elf/t0/early-stop/nfe4/s0", "sample": asdict(study.sample_config(study.eval_cells()[0]))}
+    (out / "results.jsonl").write_text(json.dumps(row) + "\n")
     runner.claim_folder(study, out)  # the same plan: kept as it is
-    assert (out / "results.jsonl").exists()
-    args = ["study", "--plan", str(QUICK), "--out", str(out), "--no-progress", *plan_args, "sample_seeds=[0]"]
+    assert runner.status(study, out)["training"][0]["eval_done"] == 1
+
+    # more evaluation axes and another model: the folder keeps its cells and records the new plan
+    grown = load_plan(QUICK, [*plan_args, "sample_seeds=[0, 1, 2]", "models=[elf, elf-reg, repa]"])
+    runner.claim_folder(grown, out)
+    assert runner.stored_identity(out) == grown.identity() and (out / "runs" / "elf" / "t0").is_dir()
+    assert runner.status(grown, out)["training"][0]["eval_done"] == 1
+    # the same sampler with other settings (the base's ρ): the old row is not a cell of the new plan
+    other_rho = load_plan(QUICK, [*plan_args, "overrides={sample: {rho: 2}}"])
+    assert runner.clashes(other_rho, runner.stored_plan(out)) == []
+    assert runner.status(other_rho, out)["training"][0]["eval_done"] == 0
+
+    # a model trained with other settings is refused in one line, by the command too
+    args = ["study", "--plan", str(QUICK), "--out", str(out), "--no-progress", *plan_args,
+            "overrides={train: {steps: 3}}"]
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"elfreg study: error: {out} holds the cells of another plan") and "\n" not in err
+    assert err == (f"elfreg study: error: {out} holds models trained with other settings (elf: train.steps; "
+                   "elf-reg: train.steps); choose another --out, or pass --overwrite to discard what is there")
     assert (out / "results.jsonl").exists()
-    other = load_plan(QUICK, [*plan_args, "sample_seeds=[0]"])
     assert main([*args[:1], "--dry-run", *args[1:]]) == 0
-    assert "the folder holds another plan" in capsys.readouterr().out
-    runner.claim_folder(other, out, overwrite=True)
+    assert "holds models trained with other settings (elf: train.steps" in capsys.readouterr().out
+    retrained = load_plan(QUICK, [*plan_args, "overrides={train: {steps: 3}}"])
+    runner.claim_folder(retrained, out, overwrite=True)
     assert not (out / "results.jsonl").exists() and not (out / "runs").exists()
-    assert runner.stored_identity(out) == other.identity()
+    assert runner.stored_identity(out) == retrained.identity()
     with locked(out, what="study folder"), pytest.raises(FolderInUse, match="in use"):
-        runner.run_study(other, out, progress=False)
+        runner.run_study(retrained, out, progress=False)
     demo = tmp_path / "demo"
     (demo / "elf-reg").mkdir(parents=True)
     (demo / "results.json").write_text("{}")

@@ -16,9 +16,12 @@ def format_status(study: Study, status: dict) -> str:
     """What ``--dry-run`` prints: the models and samplers as resolved, and each training cell
     with its evaluation cells done / planned in the out folder."""
     lines = [f"plan {status['identity']} into {status['out']}"]
-    if status["held_identity"] not in (None, status["identity"]):
-        lines.append(f"  the folder holds another plan ({status['held_identity']}): running refuses it "
-                     "unless --overwrite")
+    if status["clashes"]:
+        lines.append(f"  the folder holds models trained with other settings ({'; '.join(status['clashes'])}): "
+                     "running refuses it unless --overwrite")
+    elif status["held_identity"] not in (None, status["identity"]):
+        lines.append(f"  the folder holds the cells of plan {status['held_identity']}: this plan keeps them and "
+                     "adds its own")
     lines.append("models (changes to the base config):")
     for name, changes in study.model_changes.items():
         text = ", ".join(f"{k}={_value(v)}" for k, v in changes.items()) or "the base as it is"

@@ -189,6 +189,38 @@ class Study:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
 
+def training_settings(plan: dict) -> dict[str, dict]:
+    """What each model's training cells are made of, from a resolved plan (:meth:`Study.to_dict`,
+    or the one a folder's ``plan.json`` holds): its config without the ``sample`` section, whose
+    settings belong to evaluation cells (each result row records its own)."""
+    return {name: {"format_version": plan["format_version"],
+                   **{k: v for k, v in m["config"].items() if k != "sample"}}
+            for name, m in plan["models"].items()}
+
+
+def first_difference(a: object, b: object, path: str = "") -> str | None:
+    """The dotted key of the first difference between two JSON-like values (None if equal)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            where = f"{path}.{key}" if path else key
+            if key not in a or key not in b:
+                return where
+            found = first_difference(a[key], b[key], where)
+            if found is not None:
+                return found
+        return None
+    return None if a == b else (path or "value")
+
+
+def sample_settings_match(recorded: dict, now: SampleConfig) -> bool:
+    """Whether a row made with the sample settings ``recorded`` is a row of a cell sampled with
+    ``now``: every recorded setting is the same now, and a setting the row does not record (one
+    added to SampleConfig since) is at its default, which is what the row was made with."""
+    current, defaults = asdict(now), asdict(SampleConfig())
+    return (all(k in current and current[k] == v for k, v in recorded.items())
+            and all(current[k] == defaults[k] for k in current if k not in recorded))
+
+
 def _check_axes(plan: PlanFile) -> None:
     checks = [
         ("models", bool(plan.models), "must list at least one model"),

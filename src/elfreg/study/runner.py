@@ -30,7 +30,14 @@ from tqdm.auto import tqdm
 from elfreg.checkpoint import open_checkpoint, resolve_checkpoint
 from elfreg.jsonl import append_jsonl, drop_cut_last_line, read_jsonl
 from elfreg.runs import GracefulInterrupt, locked
-from elfreg.study.plan import EvalCell, Study, TrainCell
+from elfreg.study.plan import (
+    EvalCell,
+    Study,
+    TrainCell,
+    first_difference,
+    sample_settings_match,
+    training_settings,
+)
 from elfreg.study.report import build_report, write_outputs
 from elfreg.text.load import FrozenText, load_frozen_text
 from elfreg.toy.demo import evaluate, heldout_problems, train_variant
@@ -50,34 +57,54 @@ def run_dir(out: Path, cell: TrainCell) -> Path:
     return out / "runs" / cell.model / f"t{cell.train_seed}"
 
 
-def stored_identity(out: Path) -> str | None:
-    """The identity of the plan that ``out`` holds (None for a folder without one)."""
+def stored_plan(out: Path) -> dict | None:
+    """The resolved plan recorded in ``out`` (None for a folder without one)."""
     path = out / PLAN_FILE
-    return json.loads(path.read_text())["identity"] if path.exists() else None
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def stored_identity(out: Path) -> str | None:
+    """The identity of the plan recorded in ``out`` (None for a folder without one)."""
+    held = stored_plan(out)
+    return None if held is None else held["identity"]
+
+
+def clashes(study: Study, held: dict | None) -> list[str]:
+    """Models of ``study`` that the folder's recorded plan ``held`` trained with other settings,
+    each with the first setting that differs (``"elf: train.steps"``). Evaluation axes
+    (samplers, NFEs, sampling seeds) and models or training seeds that are new never clash."""
+    if held is None:
+        return []
+    before, now = training_settings(held["plan"]), training_settings(study.to_dict())
+    return [f"{name}: {first_difference(before[name], now[name])}" for name in now
+            if name in before and before[name] != now[name]]
 
 
 def claim_folder(study: Study, out: Path, overwrite: bool = False) -> None:
-    """Make ``out`` the folder of ``study``: record its plan, or check that the plan recorded
-    there is this one. Another plan's folder is refused in one line; ``overwrite`` discards what
-    that plan made there (training runs included) first. A folder that holds anything but a
-    study is refused whatever ``overwrite`` says."""
-    held = stored_identity(out)
+    """Make ``out`` the folder of ``study`` and record its plan there. A study folder grows: a
+    plan may add models, training seeds, samplers, NFEs and sampling seeds to what the folder
+    holds, and every finished cell is kept. A model the folder trained with other settings is
+    refused in one line; ``overwrite`` discards everything the folder's plans made (training
+    runs included) first. A folder that holds anything but a study is refused whatever
+    ``overwrite`` says."""
+    held = stored_plan(out)
     if held is None and out.is_dir():
         foreign = sorted(p.name for p in out.iterdir() if p.name not in (".lock", f".{PLAN_FILE}.tmp"))
         if foreign:
             raise ValueError(f"{out} is not a study folder (it holds {', '.join(foreign[:3])}"
                              f"{', ...' if len(foreign) > 3 else ''}); choose an empty or new --out")
-    if held is not None and held != study.identity():
+    clash = clashes(study, held)
+    if clash:
         if not overwrite:
-            raise ValueError(f"{out} holds the cells of another plan (identity {held}, this plan "
-                             f"{study.identity()}); choose another --out, or pass --overwrite to discard them")
+            raise ValueError(f"{out} holds models trained with other settings ({'; '.join(clash)}); choose "
+                             "another --out, or pass --overwrite to discard what is there")
         for name in MADE_BY_A_STUDY:
             path = out / name
             if path.is_dir():
                 shutil.rmtree(path)
             elif path.exists():
                 path.unlink()
-    if held != study.identity():
+    if held is None or clash or held["identity"] != study.identity():
         out.mkdir(parents=True, exist_ok=True)
         tmp = out / f".{PLAN_FILE}.tmp"
         tmp.write_text(json.dumps({"identity": study.identity(), "plan": study.to_dict()}, indent=2) + "\n")
@@ -103,6 +130,14 @@ def finished_rows(out: Path, repair: bool = True) -> dict[str, dict]:
     return rows
 
 
+def rows_of(study: Study, rows: dict[str, dict]) -> dict[str, dict]:
+    """The rows that are finished cells of ``study``: the cell is in the plan and the row was
+    sampled with the settings the plan gives it now (:func:`sample_settings_match`); a row made
+    under another definition of the same sampler name is not one, and the cell runs again."""
+    return {c.id: rows[c.id] for c in study.eval_cells()
+            if c.id in rows and sample_settings_match(rows[c.id].get("sample", {}), study.sample_config(c))}
+
+
 def training_done(study: Study, out: Path, cell: TrainCell) -> bool:
     ckpt = resolve_checkpoint(run_dir(out, cell))
     return ckpt is not None and open_checkpoint(ckpt).meta["step"] >= study.models[cell.model].train.steps
@@ -110,26 +145,30 @@ def training_done(study: Study, out: Path, cell: TrainCell) -> bool:
 
 def status(study: Study, out: Path) -> dict:
     """What is done in ``out`` for ``study``, without touching anything (``--dry-run``)."""
-    held = stored_identity(out) if out.is_dir() else None
-    same = held == study.identity()
-    rows = finished_rows(out, repair=False) if same else {}
+    held = stored_plan(out) if out.is_dir() else None
+    clash = clashes(study, held)
+    usable = held is not None and not clash
+    rows = rows_of(study, finished_rows(out, repair=False)) if usable else {}
     cells = []
     for cell in study.train_cells():
         evals = study.eval_cells(cell)
-        cells.append({"cell": cell.id, "trained": same and training_done(study, out, cell),
+        cells.append({"cell": cell.id, "trained": usable and training_done(study, out, cell),
                       "eval_cells": len(evals), "eval_done": sum(c.id in rows for c in evals)})
-    return {"out": str(out), "identity": study.identity(), "held_identity": held, "training": cells}
+    return {"out": str(out), "identity": study.identity(), "held_identity": held and held["identity"],
+            "clashes": clash, "training": cells}
 
 
 def report_so_far(study: Study, out: Path) -> dict:
     """The report of the cells finished in ``out`` so far (``--report``), read without the lock
     and without writing: a study may be running there. Entries with missing cells say
     ``complete: False``."""
-    held = stored_identity(out) if out.is_dir() else None
-    if held != study.identity():
-        raise ValueError(f"{out} does not hold this plan's cells (it holds {held or 'no study'}; "
-                         f"this plan is {study.identity()})")
-    return build_report(study, finished_rows(out, repair=False),
+    held = stored_plan(out) if out.is_dir() else None
+    if held is None:
+        raise ValueError(f"{out} holds no study")
+    clash = clashes(study, held)
+    if clash:
+        raise ValueError(f"{out} holds models trained with other settings ({'; '.join(clash)})")
+    return build_report(study, rows_of(study, finished_rows(out, repair=False)),
                         {c.id: run_dir(out, c) for c in study.train_cells()})
 
 
@@ -152,7 +191,7 @@ def run_study(study: Study, out: str | Path, overwrite: bool = False, progress: 
     with locked(out, what="study folder"):
         claim_folder(study, out, overwrite)
         t0 = time.perf_counter()
-        rows = finished_rows(out)
+        rows = rows_of(study, finished_rows(out))
         frozen: dict[str, FrozenText] = {}
         cells = study.train_cells()
         for k, cell in enumerate(cells, 1):
