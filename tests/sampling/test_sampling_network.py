@@ -86,3 +86,16 @@ def test_counting_charges_rows_to_their_samples(student):
     assert net.nfe.tolist() == [3, 2, 3]
     with pytest.raises(ValueError):
         net.denoise(x[rows], x[rows], torch.rand(4), w[rows], mask[rows], reg[rows], reg[rows])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_top_token_is_argmax_with_ties_and_nans(dtype):
+    from elfreg.sampling.network import top_token
+
+    g = torch.Generator().manual_seed(0)
+    tied = torch.randint(-3, 4, (64, 500), generator=g).to(dtype)  # many tied maxima per row
+    wide = torch.randn(8, 151_936, generator=g).to(dtype)
+    nans = torch.randn(4, 50, generator=g).to(dtype)
+    nans[1, 7] = nans[2, 3] = nans[2, 9] = float("nan")
+    for logits in (tied, wide, nans):
+        assert torch.equal(top_token(logits), logits.argmax(-1))

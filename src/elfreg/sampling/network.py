@@ -46,6 +46,13 @@ from ..model.student import Student
 LOGITS_PER_CHUNK = 1 << 25
 
 
+def top_token(logits: torch.Tensor) -> torch.Tensor:
+    """The argmax over the last dim (the first index on ties, as ``argmax``), by ``max``: on a CPU
+    ``argmax`` has no fast bf16 path and took 15 % of a B-shape decode call, ``max`` a quarter of
+    that (docs/performance.md); ``tests/sampling/test_sampling_network.py`` checks they agree."""
+    return logits.max(dim=-1).indices
+
+
 @runtime_checkable
 class Network(Protocol):
     """What a sampler needs from the model. All tensors are on the network's device.
@@ -136,7 +143,7 @@ class StudentNetwork:
 
     def _argmax_all(self, model: Student, hidden: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
         h = hidden[~prompt_mask]
-        parts = [model.decode_logits(h[i:i + self.positions_per_chunk]).argmax(-1)
+        parts = [top_token(model.decode_logits(h[i:i + self.positions_per_chunk]))
                  for i in range(0, h.shape[0], self.positions_per_chunk)]
         ids = torch.full(prompt_mask.shape, -1, dtype=torch.long, device=hidden.device)
         if parts:
@@ -164,7 +171,7 @@ class StudentNetwork:
             valid = cols < length
             r_idx = rows[:, None].expand_as(cols)[valid]
             c_idx = cols[valid]
-            tokens = model.decode_logits(hidden[r_idx, c_idx]).argmax(-1)
+            tokens = top_token(model.decode_logits(hidden[r_idx, c_idx]))
             ids[r_idx, c_idx] = tokens
             hit = torch.zeros(b, dtype=torch.bool, device=dev)
             hit[r_idx[tokens == eos]] = True
