@@ -27,7 +27,7 @@ from perf.common import machine_description, peak_memory_bytes  # noqa: E402
 from perf.frozen import frozen_cases, frozen_shapes  # noqa: E402
 from perf.gemm import gemm_ceilings  # noqa: E402
 from perf.report import markdown  # noqa: E402
-from perf.sample import end_to_end, per_call  # noqa: E402
+from perf.sample import end_to_end, per_call, top_token_ops  # noqa: E402
 from perf.train import Shape, optimizer_section, train_section  # noqa: E402
 
 from elfreg.device import resolve_device, resolve_precision  # noqa: E402
@@ -105,7 +105,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                            for s, bs in cfg["call_shapes"]],
                               "end_to_end": [end_to_end(s, bs, cfg["nfes"], precision, n or repeats, device,
                                                         compiled and s is not B)  # compiling B: minutes
-                                             for s, bs, n in cfg["e2e"]]}
+                                             for s, bs, n in cfg["e2e"]],
+                              "top_token": [top_token_ops(s, max(bs), precision, repeats, device)
+                                            for s, bs in cfg["call_shapes"]]}
         result["memory"]["sampling"] = peak_memory_bytes(device)
     if "train" in args.sections:
         result["train"] = []

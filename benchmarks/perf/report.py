@@ -76,6 +76,10 @@ def markdown(r: dict[str, Any]) -> str:
                 lines.append(f"| {pc['shape']} | {row['kind']} | {row['batch']} | {_ms(row['seconds'])} | "
                              f"{row['flops'] / 1e9:.3f} | {_ms(row['floor_seconds'])} | {row['over_floor']:.1f} | "
                              f"{extra} |")
+        lines += ["", "Top token of a decode call's logits, `argmax` against `max(dim).indices` (the decode's "
+                  "`top_token`), interleaved: " + "; ".join(
+                      f"{t['shape']} batch {t['batch']} ({t['dtype']}) {_ms(t['seconds']['argmax'])} vs "
+                      f"{_ms(t['seconds']['max'])} ms ({t['speedup']:.1f}×)" for t in samp.get("top_token", [])) + "."]
         for e2e in samp["end_to_end"]:
             lines += ["", f"## End-to-end sampling, {e2e['shape']} shape ({e2e['new_tokens']} answer positions; "
                       f"AR: same-size Qwen3, KV cache, greedy; median of {e2e['repeats']})", "",

@@ -27,6 +27,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from elfreg.config import FlowConfig, SampleConfig
 from elfreg.model.presets import student_from_config
 from elfreg.sampling import StudentNetwork, run_sampler
+from elfreg.sampling.network import top_token
 
 from .common import autocast_for, interleaved
 from .gemm import GemmProbe
@@ -110,6 +111,17 @@ def per_call(shape: Shape, batches: list[int], precision: str, ceiling_gflops: f
                 rows[f"{kind}_b{b}"]["over_denoise"] = rows[f"{kind}_b{b}"]["seconds"] / denoise_seconds
     return {"shape": shape.name, "precision": precision, "repeats": repeats,
             "probe": {"n": probe_n, "gflops": probe_gflops}, "calls": rows}
+
+
+def top_token_ops(shape: Shape, batch: int, precision: str, repeats: int, device: torch.device) -> dict[str, Any]:
+    """``argmax`` against ``max(dim).indices`` (what the decode call uses, :func:`top_token`) on
+    random logits of one decode call's shape (answer positions × vocabulary), interleaved."""
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(batch * (shape.canvas - shape.prompt), shape.vocab, generator=g).to(device, dtype)
+    seconds = interleaved({"argmax": lambda: logits.argmax(-1), "max": lambda: top_token(logits)}, repeats, device)
+    return {"shape": shape.name, "batch": batch, "dtype": str(dtype).removeprefix("torch."), "seconds": seconds,
+            "speedup": seconds["argmax"] / seconds["max"]}
 
 
 def ar_model(shape: Shape, device: torch.device):
