@@ -92,6 +92,10 @@ def test_a_killed_study_resumes_without_redoing_a_cell(plan_args, tmp_path, monk
     assert "| elf | early-stop | 4 |" in printed and "1 × 2 (incomplete)" in printed
     assert "| elf-reg | reg-off | 16 | n/a |" in printed  # no cell of it yet
     assert not (out / "table.md").exists()
+    partial = tmp_path / "partial"
+    assert main(["study", "--plan", str(QUICK), "--out", str(out), "--report-to", str(partial), *plan_args]) == 0
+    assert not json.loads((partial / "results.json").read_text())["complete"]
+    assert "1 × 2 (incomplete)" in (partial / "table.md").read_text() and (partial / "pass1_vs_nfe.png").exists()
     with pytest.raises(ValueError, match="holds no study"):
         runner.report_so_far(study, tmp_path / "empty")
     # ... then in the third step of elf/t1, after its checkpoint at step 2

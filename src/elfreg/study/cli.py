@@ -43,7 +43,7 @@ def format_status(study: Study, status: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from elfreg.study.report import format_table
+    from elfreg.study.report import format_table, write_outputs
     from elfreg.study.runner import report_so_far, run_study, status
 
     study = load_plan(args.plan, args.override)
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(format_status(study, status(study, out)))
         return 0
-    if args.report:
+    if args.report or args.report_to:
         report = report_so_far(study, out)
         if not report["rows"]:
             print(f"no evaluation cell of plan {study.identity()} has finished in {out} yet")
@@ -60,6 +60,12 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(report))
         print(f"\n{done} of {len(study.eval_cells())} evaluation cells finished"
               + ("" if report["complete"] else "; rows marked (incomplete) miss cells"))
+        if args.report_to:
+            folder = Path(args.report_to)
+            if folder.resolve() == out.resolve():
+                raise ValueError("--report-to must be another folder than --out (a study may be running there)")
+            folder.mkdir(parents=True, exist_ok=True)
+            print(f"wrote {', '.join(str(p) for p in write_outputs(folder, report))}")
         return 0
     report = run_study(study, out, overwrite=args.overwrite, progress=not args.no_progress)
     print(format_table(report))
@@ -76,6 +82,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--dry-run", action="store_true", help="print the cells and what is done; run nothing")
     mode.add_argument("--report", action="store_true",
                       help="print the table of the cells finished so far (also while a study runs); run nothing")
+    mode.add_argument("--report-to", metavar="DIR",
+                      help="as --report, and write its results.json, table.md and plot into DIR")
     p.add_argument("--overwrite", action="store_true",
                    help="discard what another plan made in --out (its runs included) instead of refusing")
     p.add_argument("--no-progress", action="store_true")
