@@ -44,6 +44,7 @@ def test_quick_benchmark_writes_every_section(tmp_path):
             assert set(section[model]["seconds"]) == {"forward", "backward", "optimizer", "step"}
             assert section[model]["flops"]["forward"] > 0 and section[model]["flops"]["backward"] > 0
         assert section["elf_reg_over_elf"] > 0 and section["modelled_end_to_end"]["elf_reg_over_elf"] > 0
+        assert set(section["optimizer_impls"]["seconds"]) == {"for-loop", "foreach", "fused", "muon"}
         e2e = section["end_to_end"]  # the frozen reads are added to the steps they belong to
         assert e2e["elf_step"] > section["elf"]["seconds"]["step"]
         assert e2e["elf_reg_step"] > section["elf_reg"]["seconds"]["step"] + e2e["teacher_read"]

@@ -59,7 +59,7 @@ def markdown(r: dict[str, Any]) -> str:
                       f"reads {e2e['frozen_share_elf_reg']:.0%} of the ELF-REG step).", ""]
         oi = sec.get("optimizer_impls")
         if oi:
-            lines += ["Optimiser step (clip + AdamW) by implementation, same gradients, interleaved: "
+            lines += ["Optimiser step (clip + update) by implementation, same gradients, interleaved: "
                       + ", ".join(f"{k} {_ms(v)} ms ({oi['speedup'][k]:.2f}× for-loop)"
                                   for k, v in oi["seconds"].items())
                       + ".", ""]

@@ -197,9 +197,9 @@ def train_section(shape: Shape, precision: str, ceiling_gflops: float, repeats: 
 
 
 def optimizer_section(shape: Shape, repeats: int, device: torch.device) -> dict:
-    """The optimiser step (clip + AdamW) of the ELF-REG student at ``shape`` with each AdamW
-    implementation, on the same random gradients, timed interleaved (``auto`` is what training
-    uses); ``speedup`` is for-loop / each."""
+    """The optimiser step (clip + update) of the ELF-REG student at ``shape`` with each AdamW
+    implementation and with ``train.optimizer: muon`` (Muon on the blocks' matrices, fused AdamW
+    on the rest), on the same random gradients, timed interleaved; ``speedup`` is for-loop / each."""
     torch.manual_seed(0)
     cfg = shape.config(True)
     student = student_from_config(cfg, shape.enc_dim, shape.vocab, shape.teacher_dim).to(device)
@@ -207,6 +207,7 @@ def optimizer_section(shape: Shape, repeats: int, device: torch.device) -> dict:
         p.grad = torch.randn_like(p) * 1e-3
     impls: list[AdamWImpl] = ["for-loop", "foreach", "fused"]
     optims = {impl: make_optimizer(student, cfg.train, impl) for impl in impls}
+    optims["muon"] = make_optimizer(student, dataclasses.replace(cfg.train, optimizer="muon"), "fused")
 
     def stepper(opt):
         def run() -> None:
