@@ -42,13 +42,14 @@ def frozen_shapes(shape: Shape) -> tuple[LMShape, LMShape, dict[str, int]]:
 
 def random_lm(spec: LMShape, device: torch.device) -> torch.nn.Module:
     """A random ``Qwen3ForCausalLM`` of ``spec`` with exactly ``spec.layers`` blocks, bf16 weights."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import AutoModelForCausalLM, Qwen3Config
 
     torch.manual_seed(0)
     cfg = Qwen3Config(vocab_size=spec.vocab, hidden_size=spec.width, intermediate_size=spec.intermediate,
                       num_hidden_layers=spec.layers, num_attention_heads=spec.heads,
                       num_key_value_heads=spec.kv_heads, head_dim=spec.head_dim, tie_word_embeddings=True)
-    return Qwen3ForCausalLM(cfg).to(device=device, dtype=torch.bfloat16).eval()
+    # built in bf16 directly: an fp32 Qwen3-1.7B would hold 6 GB on the way
+    return AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).to(device).eval()
 
 
 class _Read:
