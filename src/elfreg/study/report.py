@@ -121,7 +121,8 @@ def plot_pass1_vs_nfe(report: dict, path: Path) -> None:
         ax.set_title(model, fontsize=9)
         ax.set_xlabel("NFE")
         ax.set_ylim(0, max(ax.get_ylim()[1], 10.0))  # an all-zero panel still reads as percent
-        ax.legend(fontsize=7)
+        if ax.get_lines():  # a model with no finished cell yet (a partial report) has none
+            ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(models):]:
         ax.set_visible(False)
     for ax in axes[:, 0]:
