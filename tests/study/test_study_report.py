@@ -63,8 +63,10 @@ def test_table_from_rows_in_plan_order(tmp_path):
     assert report["complete"] and report["problems"]["n"] == 10 and len(report["rows"]) == 36
     text = format_table(report)
     assert "| elf | full-span | 16 | 46.0 | 7.1 | 1.0 | 73.0 | 2 × 3 |" in text.splitlines()
-    plot_pass1_vs_nfe(report, tmp_path / "p.png")
+    bottom, top = plot_pass1_vs_nfe(report, tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 0
+    # one shared y range that holds every model's highest point and its error bar
+    assert bottom == 0 and top >= max(100 * (e["pass@1"] + e["train_seed_std"]) for e in table)
 
 
 def test_an_incomplete_grid_says_so(tmp_path):

@@ -96,9 +96,9 @@ def format_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_pass1_vs_nfe(report: dict, path: Path) -> None:
+def plot_pass1_vs_nfe(report: dict, path: Path) -> tuple[float, float]:
     """pass@1 against NFE, one panel per model, one line per sampler; error bars are the spread
-    over training seeds."""
+    over training seeds. Returns the y range (%) that every panel shares."""
     plt = _pyplot()
     models = list(dict.fromkeys(e["model"] for e in report["table"]))
     cols = min(len(models), 3)
@@ -120,9 +120,13 @@ def plot_pass1_vs_nfe(report: dict, path: Path) -> None:
         ax.set_xticks(nfes, [str(n) for n in nfes])
         ax.set_title(model, fontsize=9)
         ax.set_xlabel("NFE")
-        ax.set_ylim(0, max(ax.get_ylim()[1], 10.0))  # an all-zero panel still reads as percent
         if ax.get_lines():  # a model with no finished cell yet (a partial report) has none
             ax.legend(fontsize=7)
+    # the panels share one y axis: set it once from every entry (a limit set panel by panel would
+    # freeze autoscaling at the first panel's data and clip the others); 10 % keeps an all-zero
+    # study readable as percent
+    tops = [100 * (e["pass@1"] + (e["train_seed_std"] or 0.0)) for e in report["table"] if e["pass@1"] is not None]
+    y_range = axes[0, 0].set_ylim(0, max([10.0, *tops]) * 1.05)
     for ax in list(axes.flat)[len(models):]:
         ax.set_visible(False)
     for ax in axes[:, 0]:
@@ -130,6 +134,7 @@ def plot_pass1_vs_nfe(report: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return y_range
 
 
 def write_outputs(out: Path, report: dict) -> list[Path]:
