@@ -49,7 +49,9 @@ def test_quick_benchmark_writes_every_section(tmp_path):
         assert e2e["elf_step"] > section["elf"]["seconds"]["step"]
         assert e2e["elf_reg_step"] > section["elf_reg"]["seconds"]["step"] + e2e["teacher_read"]
     calls = [row for pc in result["sampling"]["per_call"] for row in pc["calls"].values()]
-    assert {row["kind"] for row in calls} == {"denoise", "decode"}
+    # in bf16 the old per-call-cast denoise is timed beside the network's (fp32 has no casts)
+    casts = {"denoise, autocast casts"} if result["precision"] == "bf16" else set()
+    assert {row["kind"] for row in calls} == {"denoise", "decode"} | casts
     rows = result["sampling"]["end_to_end"][0]["rows"].values()
     assert {r["model"] for r in rows} == {"elf-reg", "ar-kv-cache"}
     assert {r["sampler"] for r in rows} >= {"early-stop", "full-span"}
