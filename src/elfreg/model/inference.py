@@ -1,9 +1,10 @@
 """A bf16 inference copy of a student, kept in step with the student's weights.
 
 Under bf16 autocast every ``nn.Linear`` casts its fp32 weight and bias to bf16 on every call:
-for an ELF-REG-B student that is about 0.5 GB of memory traffic per network call, a quarter of a
-batch-1 denoise call on a CPU (docs/performance.md). Sampling makes the same cast tens of times
-per answer, so :class:`Bf16Copy` makes it once: a copy of the student whose ``nn.Linear``
+for an ELF-REG-B student that is about 0.5 GB of memory traffic per network call. Sampling makes
+the same cast tens of times per answer, so :class:`Bf16Copy` makes it once (on a 2-core CPU this
+measured 1.03× at B batch 1 with two threads and 1.20× with one, docs/performance.md; the copy
+holds 0.5 GB for that): a copy of the student whose ``nn.Linear``
 weights and biases are stored in bf16, everything else (norm weights, embeddings, prefix tokens)
 as in the student. Run under the same autocast, the copy computes exactly what the student
 computes — autocast would have cast those tensors to bf16 with the same rounding — and
