@@ -32,7 +32,7 @@ from perf.train import Shape, optimizer_section, train_section  # noqa: E402
 
 from elfreg.device import resolve_device, resolve_precision  # noqa: E402
 
-SECTIONS = ("gemm", "train", "sampling")
+SECTIONS = ("gemm", "train", "calls", "e2e", "sampling")  # sampling: calls and e2e
 
 # the toy demo (src/elfreg/toy/demo.py): 128 × 4 student, toy encoder 128 wide, teacher 192 wide, the
 # toy LMs' vocabulary of 832 (the student's vocabulary head is the encoder's)
@@ -98,18 +98,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result["gemm"] = gemm_ceilings(cfg["gemm_sizes"], ["fp32", "bf16"], repeats, device)
     result["memory"]["gemm"] = peak_memory_bytes(device)
     ceiling = result["gemm"]["ceiling_gflops"][precision]
-    if "sampling" in args.sections:
+    sections = set(args.sections) | ({"calls", "e2e"} if "sampling" in args.sections else set())
+    compiled = not args.quick  # compiling takes minutes; the smoke run leaves it out
+    if sections & {"calls", "e2e"}:
+        result["sampling"] = {}
+    if "calls" in sections:
         probe_n = max(cfg["gemm_sizes"])
-        compiled = not args.quick  # compiling takes minutes; the smoke run leaves it out
-        result["sampling"] = {"per_call": [per_call(s, bs, precision, ceiling, repeats, device, probe_n, compiled)
-                                           for s, bs in cfg["call_shapes"]],
-                              "end_to_end": [end_to_end(s, bs, cfg["nfes"], precision, n or repeats, device,
-                                                        compiled and s is not B)  # compiling B: minutes
-                                             for s, bs, n in cfg["e2e"]],
-                              "top_token": [top_token_ops(s, max(bs), precision, repeats, device)
-                                            for s, bs in cfg["call_shapes"]]}
+        result["sampling"]["per_call"] = [per_call(s, bs, precision, ceiling, repeats, device, probe_n, compiled)
+                                          for s, bs in cfg["call_shapes"]]
+        result["sampling"]["top_token"] = [top_token_ops(s, max(bs), precision, repeats, device)
+                                           for s, bs in cfg["call_shapes"]]
+    if "e2e" in sections:
+        result["sampling"]["end_to_end"] = [end_to_end(s, bs, cfg["nfes"], precision, n or repeats, device,
+                                                       compiled and s is not B)  # compiling B: minutes
+                                            for s, bs, n in cfg["e2e"]]
+    if "sampling" in result:
         result["memory"]["sampling"] = peak_memory_bytes(device)
-    if "train" in args.sections:
+    if "train" in sections:
         result["train"] = []
         for shape in cfg["train_shapes"]:
             section = train_section(shape, precision, ceiling, repeats, device, max(cfg["gemm_sizes"]),
@@ -118,7 +123,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             section["optimizer_impls"] = optimizer_section(shape, repeats, device)
             result["train"].append(section)
             result["memory"][f"train_{shape.name}"] = peak_memory_bytes(device)
-    if "gemm" not in args.sections:
+    if "gemm" not in sections:
         result["gemm"]["note"] = "measured anyway: the other sections divide by its ceiling"
     result["seconds"] = time.perf_counter() - started
     out = Path(args.out)

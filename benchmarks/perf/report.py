@@ -13,6 +13,27 @@ def _gb(b: float) -> str:
     return f"{b / 2**30:.2f}"
 
 
+def _share_floor(group: dict[str, float]) -> str:
+    floor = f" ({group['over_floor']:.1f}× floor)" if "over_floor" in group else ""
+    return f"{group['share']:.0%}{floor}"
+
+
+def _breakdown_table(per_call: list[dict[str, Any]]) -> list[str]:
+    """Op time of one profiled call per row, by group (``perf/breakdown.py``)."""
+    lines = ["", "Where a call's op time goes (one profiled call; share of the time spent in aten ops, and that "
+             "group's time over its own FLOP floor):", "",
+             "| shape | call | batch | matmul | attention | other ops | outside ops ms |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for pc in per_call:
+        for row in pc["calls"].values():
+            bd = row.get("breakdown")
+            if bd:
+                outside = _ms(bd["unattributed_seconds"]) if "unattributed_seconds" in bd else "–"
+                lines.append(f"| {pc['shape']} | {row['kind']} | {row['batch']} | {_share_floor(bd['matmul'])} | "
+                             f"{_share_floor(bd['attention'])} | {bd['other']['share']:.0%} | {outside} |")
+    return lines
+
+
 def markdown(r: dict[str, Any]) -> str:
     """Machine, GEMM ceilings, training steps, network calls, end-to-end sampling and memory."""
     m = r["machine"]
@@ -63,8 +84,8 @@ def markdown(r: dict[str, Any]) -> str:
                       + ", ".join(f"{k} {_ms(v)} ms ({oi['speedup'][k]:.2f}× for-loop)"
                                   for k, v in oi["seconds"].items())
                       + ".", ""]
-    samp = r.get("sampling")
-    if samp:
+    samp = r.get("sampling", {})
+    if "per_call" in samp:
         lines += ["## Network calls (time vs FLOP floor = FLOPs / ceiling)", "",
                   "| shape | call | batch | ms | GFLOP | floor ms | × floor | / denoise |",
                   "|---|---|---:|---:|---:|---:|---:|---:|"]
@@ -76,10 +97,13 @@ def markdown(r: dict[str, Any]) -> str:
                 lines.append(f"| {pc['shape']} | {row['kind']} | {row['batch']} | {_ms(row['seconds'])} | "
                              f"{row['flops'] / 1e9:.3f} | {_ms(row['floor_seconds'])} | {row['over_floor']:.1f} | "
                              f"{extra} |")
+        lines += _breakdown_table(samp["per_call"])
         lines += ["", "Top token of a decode call's logits, `argmax` against `max(dim).indices` (the decode's "
                   "`top_token`), interleaved: " + "; ".join(
                       f"{t['shape']} batch {t['batch']} ({t['dtype']}) {_ms(t['seconds']['argmax'])} vs "
-                      f"{_ms(t['seconds']['max'])} ms ({t['speedup']:.1f}×)" for t in samp.get("top_token", [])) + "."]
+                      f"{_ms(t['seconds']['max'])} ms ({t['speedup']:.1f}×)" for t in samp.get("top_token", [])) + ".",
+                  ""]
+    if "end_to_end" in samp:
         for e2e in samp["end_to_end"]:
             lines += ["", f"## End-to-end sampling, {e2e['shape']} shape ({e2e['new_tokens']} answer positions; "
                       f"AR: same-size Qwen3, KV cache, greedy; median of {e2e['repeats']})", "",
@@ -91,7 +115,7 @@ def markdown(r: dict[str, Any]) -> str:
                     vs = f"{row['over_ar']:.2f}× ({'AR wins' if row['over_ar'] > 1 else 'ELF wins'})"
                 lines.append(f"| {row['model']} | {row['sampler']} | {row['nfe']} | {row['batch']} | "
                              f"{_ms(row['seconds'])} | {_ms(row['seconds'] / row['batch'])} | {vs} |")
-        lines.append("")
+            lines.append("")
     lines += ["## Peak memory (after each section; RSS is the process's running maximum)", "",
               "| after | peak RSS GiB | CUDA max allocated GiB |", "|---|---:|---:|"]
     for name, mem in r["memory"].items():

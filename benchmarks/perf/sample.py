@@ -22,14 +22,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from elfreg.config import FlowConfig, SampleConfig
 from elfreg.model.presets import student_from_config
 from elfreg.sampling import StudentNetwork, run_sampler
 from elfreg.sampling.network import top_token
 
+from .breakdown import time_breakdown
 from .common import autocast_for, interleaved
+from .flops import count
 from .gemm import GemmProbe
 from .train import Shape
 
@@ -53,12 +54,6 @@ def _inputs(shape: Shape, batch: int, device: torch.device) -> dict[str, torch.T
             "t": torch.full((batch,), 0.5, device=device), "w": torch.ones(batch, device=device)}
 
 
-def _flops(fn) -> float:
-    with FlopCounterMode(display=False) as counter:
-        fn()
-    return float(counter.get_total_flops())
-
-
 def per_call(shape: Shape, batches: list[int], precision: str, ceiling_gflops: float, repeats: int,
              device: torch.device, probe_n: int = 2048, compiled: bool = False) -> dict[str, Any]:
     """Seconds, FLOPs, floor and time/floor of a denoise and a decode call at each batch size,
@@ -66,7 +61,8 @@ def per_call(shape: Shape, batches: list[int], precision: str, ceiling_gflops: f
     interleaved. The floor divides by the probe's GFLOP/s (same rounds, same load);
     ``over_run_floor`` divides by ``ceiling_gflops`` (the run's GEMM section) instead. With
     ``compiled``, a denoise call of the same network through ``torch.compile`` too (compiled in
-    the untimed warm-up round)."""
+    the untimed warm-up round). After the timed rounds, one more denoise and decode call of each
+    batch runs under the profiler: ``breakdown`` (:func:`perf.breakdown.time_breakdown`)."""
     net = _student_network(shape, precision, device)
     fast = _student_network(shape, precision, device, compile=True) if compiled else None
     cases, flops = {}, {}
@@ -94,16 +90,19 @@ def per_call(shape: Shape, batches: list[int], precision: str, ceiling_gflops: f
         for kind, fn in kinds:
             cases[(kind, b)] = fn
             # the compiled call does the denoise call's work; counting it would trace it under hooks
-            flops[(kind, b)] = flops[("denoise", b)] if kind == "denoise, compiled" else _flops(fn)
+            flops[(kind, b)] = flops[("denoise", b)] if kind == "denoise, compiled" else count(fn)
     probe = GemmProbe(probe_n, precision, device)
     seconds = interleaved({"gemm_probe": probe, **{f"{k}_{b}": fn for (k, b), fn in cases.items()}}, repeats, device)
     probe_gflops = probe.gflops(seconds["gemm_probe"])
     rows = {}
     for (kind, b) in cases:
-        s, f = seconds[f"{kind}_{b}"], flops[(kind, b)]
+        s, f = seconds[f"{kind}_{b}"], flops[(kind, b)]["total"]
         floor = f / (probe_gflops * 1e9)
         rows[f"{kind}_b{b}"] = {"kind": kind, "batch": b, "seconds": s, "flops": f, "floor_seconds": floor,
                                 "over_floor": s / floor, "over_run_floor": s / (f / (ceiling_gflops * 1e9))}
+        if kind in ("denoise", "decode"):
+            rows[f"{kind}_b{b}"]["breakdown"] = time_breakdown(cases[(kind, b)], flops[(kind, b)], probe_gflops,
+                                                                device)
     for b in batches:
         denoise_seconds = rows[f"denoise_b{b}"]["seconds"]
         for kind in ("decode", "denoise, autocast casts", "denoise, compiled"):

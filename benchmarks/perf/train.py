@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from elfreg.config import Config
 from elfreg.flow.objective import TrainBatch, elf_reg_loss
@@ -26,6 +25,7 @@ from elfreg.text.frozen import TeacherTargets
 from elfreg.train.optim import AdamWImpl, make_optimizer
 
 from .common import autocast_for, interleaved, synchronize, timed
+from .flops import flop_counter
 from .gemm import GemmProbe
 
 
@@ -124,11 +124,12 @@ class StepCase:
         return {"forward": t1 - t0, "backward": t2 - t1, "optimizer": t3 - t2, "step": t3 - t0}
 
     def flops(self) -> dict[str, float]:
-        """FLOPs of one forward and one backward (``FlopCounterMode``: matmuls and attention)."""
+        """FLOPs of one forward and one backward (:func:`perf.flops.flop_counter`: matmuls and
+        attention)."""
         self.optimizer.zero_grad(set_to_none=True)
-        with FlopCounterMode(display=False) as fwd:
+        with flop_counter() as fwd:
             total = self._loss()
-        with FlopCounterMode(display=False) as bwd:
+        with flop_counter() as bwd:
             total.backward()
         self.optimizer.zero_grad(set_to_none=True)
         return {"forward": float(fwd.get_total_flops()), "backward": float(bwd.get_total_flops())}
