@@ -65,6 +65,34 @@ def test_decode_stops_running_the_vocabulary_head_after_eos(student, monkeypatch
     assert sum(seen) == int((~mask).sum()) and early_positions < sum(seen)
 
 
+@pytest.mark.parametrize("window", [1, 4, 32])
+def test_decode_window_stops_early_without_a_memory_bound(student, monkeypatch, window):
+    """With the default (memory-sized) chunk, the EOS stop still reads at most ``eos_window``
+    positions past each row's first EOS, and gives the full decode's answers."""
+    x, mask, reg, w = _inputs()
+    full = StudentNetwork(student).decode(x, mask, reg, w)
+    seen = []
+    real = student.decode_logits
+    monkeypatch.setattr(student, "decode_logits", lambda h: (seen.append(h.shape[0]), real(h))[1])
+    early = StudentNetwork(student, eos_id=0, eos_window=window).decode(x, mask, reg, w)
+    room = (~mask).sum(1)
+    read = 0
+    for b in range(x.shape[0]):
+        answer = answer_token_ids(full[b], 0)
+        assert answer_token_ids(early[b], 0) == answer
+        # windows of `window` positions until the one holding the first EOS (or the region's end)
+        first_eos = len(answer) + 1
+        read += min(int(room[b]), -(-first_eos // window) * window)
+    assert sum(seen) == read
+    if window < int(room.max()):
+        assert read < int(room.sum())
+
+
+def test_decode_window_must_be_positive(student):
+    with pytest.raises(ValueError, match="eos_window"):
+        StudentNetwork(student, eos_id=0, eos_window=0)
+
+
 def test_decode_mode_ignores_time_and_denoise_returns_float(student):
     x, mask, reg, w = _inputs()
     net = StudentNetwork(student)

@@ -44,6 +44,10 @@ from ..model.student import Student
 
 # Upper bound on the number of logits held at once while decoding (positions × vocabulary).
 LOGITS_PER_CHUNK = 1 << 25
+# Answer positions per row that the EOS stop reads at a time: the head runs past a row's first EOS
+# by at most this many positions. A memory-sized window alone covered a whole 192-position answer
+# region at batch 1 with a 151,936-entry vocabulary, so the stop never saved anything there.
+EOS_WINDOW = 32
 
 
 def top_token(logits: torch.Tensor) -> torch.Tensor:
@@ -83,7 +87,7 @@ class StudentNetwork:
     """A :class:`Network` backed by a :class:`Student` (eval mode, no gradient, optional bf16)."""
 
     def __init__(self, student: Student, bf16: bool = False, eos_id: int | None = None,
-                 logits_per_chunk: int = LOGITS_PER_CHUNK, compile: bool = False):
+                 logits_per_chunk: int = LOGITS_PER_CHUNK, compile: bool = False, eos_window: int = EOS_WINDOW):
         self.student = student.eval()
         self.bf16 = bf16
         self._bf16_copy = Bf16Copy(student) if bf16 else None
@@ -92,6 +96,9 @@ class StudentNetwork:
         self.eos_id = eos_id
         self.reg_dim = student.teacher_dim if student.extra_token == "reg" else None
         self.positions_per_chunk = max(1, logits_per_chunk // student.vocab_size)
+        if eos_window < 1:
+            raise ValueError(f"eos_window must be at least 1 position, got {eos_window}")
+        self.eos_window = eos_window
 
     @property
     def device(self) -> torch.device:
@@ -154,7 +161,9 @@ class StudentNetwork:
                           eos: int) -> torch.Tensor:
         """Argmax over windows of answer positions, left to right, for the rows without an EOS yet.
 
-        Assumes each row's answer region is contiguous after its prompt (the canvas layout).
+        A window is ``eos_window`` positions per row, fewer when the rows still pending would hold
+        more than ``positions_per_chunk`` positions' logits at once. Assumes each row's answer
+        region is contiguous after its prompt (the canvas layout).
         """
         b, length = prompt_mask.shape
         dev = hidden.device
@@ -166,7 +175,7 @@ class StudentNetwork:
         longest = int(length - start.min())
         while offset < longest and bool(pending.any()):
             rows = pending.nonzero().squeeze(1)
-            width = max(1, self.positions_per_chunk // rows.numel())
+            width = max(1, min(self.eos_window, self.positions_per_chunk // rows.numel()))
             cols = start[rows, None] + torch.arange(offset, offset + width, device=dev)[None, :]
             valid = cols < length
             r_idx = rows[:, None].expand_as(cols)[valid]
