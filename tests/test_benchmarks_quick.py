@@ -53,7 +53,13 @@ def test_quick_benchmark_writes_every_section(tmp_path):
     calls = [row for pc in result["sampling"]["per_call"] for row in pc["calls"].values()]
     # in bf16 the old per-call-cast denoise is timed beside the network's (fp32 has no casts)
     casts = {"denoise, autocast casts"} if result["precision"] == "bf16" else set()
-    assert {row["kind"] for row in calls} == {"denoise", "decode"} | casts
+    heads = {row["kind"] for row in calls if row["kind"].startswith("decode, head on ")}
+    assert heads and {row["kind"] for row in calls} == {"denoise", "decode"} | casts | heads
+    for pc in result["sampling"]["per_call"]:  # the head on fewer positions: fewer FLOPs, same forward
+        for row in pc["calls"].values():
+            if row["kind"] in heads:
+                full = pc["calls"][f"decode_b{row['batch']}"]
+                assert pc["calls"][f"denoise_b{row['batch']}"]["flops"] < row["flops"] < full["flops"]
     for row in calls:  # the profiled call of each denoise and decode row, split into op groups
         if row["kind"] in ("denoise", "decode"):
             bd = row["breakdown"]

@@ -4,7 +4,10 @@ samplers against an autoregressive model of the same size with a KV cache.
 Network calls go through :class:`elfreg.sampling.network.StudentNetwork` (the object the
 samplers call): a *denoise call* is one ``denoise`` (one student forward in denoise mode), a
 *decode call* one ``decode`` (one student forward in decode mode, the vocabulary head on every
-answer position and an argmax; no EOS early stop, so the work is fixed). The *FLOP floor* of a
+answer position and an argmax; no EOS early stop, so the work is fixed). A *decode, head on n*
+call is the work the EOS stop leaves when every answer ends within its first n positions: the same
+forward, the head on n positions per row (a random student never emits EOS, so the stop itself
+cannot be timed on one). The *FLOP floor* of a
 call is its FLOPs (``FlopCounterMode``) divided by the same run's GEMM ceiling: the time the call
 would take if every FLOP ran at the speed of a large square matmul. In bf16, a third call per
 batch, *denoise, autocast casts*, runs the fp32 student under autocast as the network did before
@@ -26,7 +29,7 @@ import torch
 from elfreg.config import FlowConfig, SampleConfig
 from elfreg.model.presets import student_from_config
 from elfreg.sampling import StudentNetwork, run_sampler
-from elfreg.sampling.network import top_token
+from elfreg.sampling.network import EOS_WINDOW, top_token
 
 from .breakdown import time_breakdown
 from .common import autocast_for, interleaved
@@ -52,6 +55,13 @@ def _inputs(shape: Shape, batch: int, device: torch.device) -> dict[str, torch.T
             "prompt_mask": prompt_mask.to(device),
             "reg": torch.randn(batch, shape.teacher_dim, generator=g).to(device),
             "t": torch.full((batch,), 0.5, device=device), "w": torch.ones(batch, device=device)}
+
+
+def _head_positions(shape: Shape) -> list[int]:
+    """Answer positions the decode rows with an early EOS run the head on: one EOS window
+    (``EOS_WINDOW``) and half the answer region, where shorter than the region."""
+    answer = shape.canvas - shape.prompt
+    return sorted({n for n in (EOS_WINDOW, answer // 2) if 0 < n < answer})
 
 
 def per_call(shape: Shape, batches: list[int], precision: str, ceiling_gflops: float, repeats: int,
@@ -82,6 +92,11 @@ def per_call(shape: Shape, batches: list[int], precision: str, ceiling_gflops: f
                 return net.student(x["z"], q, x["t"], x["w"], x["prompt_mask"], reg=x["reg"])
 
         kinds = [("denoise", denoise), ("decode", decode)]
+        for n in _head_positions(shape):
+            # the work of a decode that stops at EOS when every answer ends within its first n
+            # positions: the same forward, the head on n positions per row (the rest marked prompt)
+            short = x["prompt_mask"] | (torch.arange(shape.canvas, device=device) >= shape.prompt + n)
+            kinds.append((f"decode, head on {n}", lambda x=x, short=short: net.decode(x["z"], short, x["reg"], x["w"])))
         if net.bf16:
             kinds.append(("denoise, autocast casts", denoise_autocast))
         if fast is not None:
@@ -103,11 +118,9 @@ def per_call(shape: Shape, batches: list[int], precision: str, ceiling_gflops: f
         if kind in ("denoise", "decode"):
             rows[f"{kind}_b{b}"]["breakdown"] = time_breakdown(cases[(kind, b)], flops[(kind, b)], probe_gflops,
                                                                 device)
-    for b in batches:
-        denoise_seconds = rows[f"denoise_b{b}"]["seconds"]
-        for kind in ("decode", "denoise, autocast casts", "denoise, compiled"):
-            if f"{kind}_b{b}" in rows:
-                rows[f"{kind}_b{b}"]["over_denoise"] = rows[f"{kind}_b{b}"]["seconds"] / denoise_seconds
+    for (kind, b), row in ((k, rows[f"{k[0]}_b{k[1]}"]) for k in cases):
+        if kind != "denoise":
+            row["over_denoise"] = row["seconds"] / rows[f"denoise_b{b}"]["seconds"]
     return {"shape": shape.name, "precision": precision, "repeats": repeats,
             "probe": {"n": probe_n, "gflops": probe_gflops}, "calls": rows}
 
