@@ -4,6 +4,7 @@ step, network calls and end-to-end sampling, peak memory; JSON plus a Markdown t
     python benchmarks/run.py --out bench-out                 # the default run (demo + ELF-REG-B shapes)
     python benchmarks/run.py --quick --out /tmp/bench        # tiny shapes, 1 repeat (CI smoke test)
     python benchmarks/run.py --precision bf16 --sections gemm train
+    python benchmarks/run.py --precision bf16 --sections calls      # network calls and their op breakdown
 
 Every ratio is taken between cases timed interleaved in this run (see ``perf/common.py``);
 numbers from different runs or machines are not compared. ``docs/performance.md`` explains each
@@ -80,7 +81,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    help="precision of the training and sampling sections (bf16: autocast); GEMM measures both")
     p.add_argument("--device", default="auto")
     p.add_argument("--out", default="bench-out", help="folder for results.json and results.md")
-    p.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
+    p.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS,
+                   help="calls: network calls; e2e: end-to-end sampling against AR; sampling: both")
     p.add_argument("--repeats", type=int, default=0, help="timed repeats per case (0: the plan's)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave as is)")
     args = p.parse_args(argv)
