@@ -63,6 +63,8 @@ def test_table_from_rows_in_plan_order(tmp_path):
     assert report["complete"] and report["problems"]["n"] == 10 and len(report["rows"]) == 36
     text = format_table(report)
     assert "| elf | full-span | 16 | 46.0 | 7.1 | 1.0 | 73.0 | 2 × 3 |" in text.splitlines()
+    # the same entry in the NFE-across view: one row per (model, sampler)
+    assert "| elf | full-span | 16.0 (7.1, 1.0) | 46.0 (7.1, 1.0) |" in text.splitlines()
     bottom, top = plot_pass1_vs_nfe(report, tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 0
     # one shared y range that holds every model's highest point and its error bar
@@ -79,3 +81,4 @@ def test_an_incomplete_grid_says_so(tmp_path):
     assert entry["sample_seed_std"] is None  # training seed 1 has one sampling seed so far
     line = "| elf | early-stop | 4 | 50.0 | 0.0 | n/a | 75.0 | 2 × 1 (incomplete) |"
     assert line in format_table(report).splitlines()
+    assert "| elf | early-stop | 50.0 (0.0, n/a)* |" in format_table(report).splitlines()

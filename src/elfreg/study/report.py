@@ -93,6 +93,29 @@ def format_table(report: dict) -> str:
         seeds = f"{e['n_train_seeds']} × {e['n_sample_seeds']}" + ("" if e["complete"] else " (incomplete)")
         numbers = " | ".join(_pct(e[k]) for k in ("pass@1", "train_seed_std", "sample_seed_std", "token_match"))
         lines.append(f"| {e['model']} | {e['sampler']} | {e['nfe']} | {numbers} | {seeds} |")
+    return "\n".join(lines) + "\n\n" + format_pivot(report)
+
+
+def format_pivot(report: dict) -> str:
+    """The same pass@1 with NFE across: one row per (model, sampler), each cell
+    ``pass@1 (± train, ± sample)``; ``*`` marks a cell whose grid is incomplete."""
+    nfes = sorted({e["nfe"] for e in report["table"]})
+    rows: dict[tuple[str, str], dict[int, dict]] = {}
+    for e in report["table"]:
+        rows.setdefault((e["model"], e["sampler"]), {})[e["nfe"]] = e
+    lines = ["pass@1 (%) by NFE: mean (± train, ± sample); * marks a cell with cells still missing.", "",
+             "| model | sampler | " + " | ".join(f"NFE {n}" for n in nfes) + " |",
+             "| --- | --- | " + " | ".join("---" for _ in nfes) + " |"]
+    for (model, sampler), by_nfe in rows.items():
+        cells = []
+        for n in nfes:
+            e = by_nfe.get(n)
+            if e is None or e["pass@1"] is None:
+                cells.append("–")
+                continue
+            mark = "" if e["complete"] else "*"
+            cells.append(f"{_pct(e['pass@1'])} ({_pct(e['train_seed_std'])}, {_pct(e['sample_seed_std'])}){mark}")
+        lines.append(f"| {model} | {sampler} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
