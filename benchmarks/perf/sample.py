@@ -1,18 +1,17 @@
 """Sampling: the time of one network call against its FLOP floor, and end-to-end latency of the
 samplers against an autoregressive model of the same size with a KV cache.
 
-Network calls go through :class:`elfreg.sampling.network.StudentNetwork` (the object the
-samplers call): a *denoise call* is one ``denoise`` (one student forward in denoise mode), a
-*decode call* one ``decode`` (one student forward in decode mode, the vocabulary head on every
-answer position and an argmax; no EOS early stop, so the work is fixed). A *decode, head on n*
-call is the work the EOS stop leaves when every answer ends within its first n positions: the same
-forward, the head on n positions per row (a random student never emits EOS, so the stop itself
-cannot be timed on one). The *FLOP floor* of a
-call is its FLOPs (``FlopCounterMode``) divided by the same run's GEMM ceiling: the time the call
-would take if every FLOP ran at the speed of a large square matmul. In bf16, a third call per
-batch, *denoise, autocast casts*, runs the fp32 student under autocast as the network did before
-it kept a bf16 copy of its weights (:mod:`elfreg.model.inference`): its time over the denoise
-call's is what the copy saves.
+Network calls go through :class:`elfreg.sampling.network.StudentNetwork` (the object the samplers
+call): a *denoise call* is one ``denoise`` (one student forward in denoise mode), a *decode call*
+one ``decode`` (one student forward in decode mode, the vocabulary head on every answer position
+and an argmax; no EOS early stop, so the work is fixed). A *decode, head on n* call is the work the
+EOS stop leaves when every answer ends within its first n positions: the same forward, the head on
+n positions per row (a random student never emits EOS, so the stop itself cannot be timed on one).
+The *FLOP floor* of a call is its FLOPs (:func:`perf.flops.count`: matmuls and attention) divided
+by the same run's GEMM ceiling: the time the call would take if every FLOP ran at the speed of a
+large square matmul. In bf16, a third call per batch, *denoise, autocast casts*, runs the fp32
+student under autocast as the network did before it kept a bf16 copy of its weights
+(:mod:`elfreg.model.inference`): its time over the denoise call's is what the copy saves.
 
 End to end, prompt states are random (the frozen encoder is not timed, as it is not an NFE);
 the autoregressive baseline is a randomly initialised ``transformers`` ``Qwen3ForCausalLM`` with
