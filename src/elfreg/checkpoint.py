@@ -7,7 +7,7 @@ Layout of a run folder::
     checkpoints/step-0000500/
         model.safetensors  student weights      ema.safetensors  EMA weights
         train_state.pt     optimiser, RNG, REG statistics, step
-        meta.json          step and the frozen models' dimensions
+        meta.json          step, the frozen models' dimensions and the code that wrote it
         config.yaml
     checkpoints/latest     name of the newest complete checkpoint
 
@@ -53,6 +53,7 @@ from torch.distributed.checkpoint import FileSystemReader
 from .config import Config
 from .model.presets import student_from_config
 from .model.student import Student
+from .provenance import code_version
 
 KEEP_LAST = 3
 FILES = ("model.safetensors", "ema.safetensors", "train_state.pt", "meta.json", "config.yaml")
@@ -155,7 +156,7 @@ def write_checkpoint(run_dir: Path, step: int, cfg: Config, meta: dict[str, Any]
         tmp = ranks.broadcast(tmp)
         write(tmp)
         if ranks.is_main:
-            (tmp / "meta.json").write_text(json.dumps({**meta, "step": step}, indent=2))
+            (tmp / "meta.json").write_text(json.dumps({**meta, "step": step, "code": code_version()}, indent=2))
             cfg.save(tmp / "config.yaml")
             for f in (f for f in tmp.rglob("*") if f.is_file()):
                 with open(f, "rb+") as fh:

@@ -14,7 +14,9 @@ import pytest
 
 import elfreg.study.runner as runner
 import elfreg.train.loop as loop
+from elfreg.checkpoint import resolve_checkpoint
 from elfreg.cli import main
+from elfreg.provenance import code_version
 from elfreg.runs import FolderInUse, locked
 from elfreg.study.plan import load_plan
 
@@ -117,6 +119,10 @@ def test_a_killed_study_resumes_without_redoing_a_cell(plan_args, tmp_path, monk
     assert first["evals"] + second["evals"] + counts["evals"] == 40
     lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert sorted(r["cell"] for r in lines) == sorted(cells)
+    # each row and each checkpoint says which code made it
+    assert all(r["code"] == code_version() for r in lines)
+    meta = json.loads((resolve_checkpoint(out / "runs" / "elf" / "t1") / "meta.json").read_text())
+    assert meta["code"] == code_version()
     # and the outcome is the uninterrupted run's, row by row and in the table
     assert report["table"] == expected["table"]
     assert _strip(report["rows"]) == _strip(expected["rows"])

@@ -5,7 +5,8 @@ Layout of ``--out``::
     .lock            held for the life of the run (a second study or demo refuses the folder)
     plan.json        the resolved plan and its identity
     runs/<model>/t<seed>/   one training cell: an ordinary ``elfreg train`` folder
-    results.jsonl    one row per finished evaluation cell, appended as each one ends
+    results.jsonl    one row per finished evaluation cell, appended as each one ends (with the
+                     code version that made it, :func:`elfreg.provenance.code_version`)
     results.json, table.md, pass1_vs_nfe.png   written when every cell is done (:mod:`.report`)
 
 Training goes through the demo's :func:`~elfreg.toy.demo.train_variant` (``elfreg.train``'s
@@ -29,6 +30,7 @@ from tqdm.auto import tqdm
 
 from elfreg.checkpoint import open_checkpoint, resolve_checkpoint
 from elfreg.jsonl import append_jsonl, drop_cut_last_line, read_jsonl
+from elfreg.provenance import code_version
 from elfreg.runs import GracefulInterrupt, locked
 from elfreg.study.plan import (
     EvalCell,
@@ -181,7 +183,8 @@ def _row(cell: EvalCell, study: Study, result: dict, n_problems: int, seconds: f
     return {"cell": cell.id, "model": cell.model, "train_seed": cell.train_seed, "sampler": cell.sampler,
             "nfe": cell.nfe, "sample_seed": cell.sample_seed, "pass@1": result["mean"],
             "token_match": result["token_match"], "nfe_used": result["nfe_used"], "n_problems": n_problems,
-            "checkpoint_step": step, "eval_seconds": round(seconds, 3), "sample": asdict(study.sample_config(cell))}
+            "checkpoint_step": step, "eval_seconds": round(seconds, 3), "sample": asdict(study.sample_config(cell)),
+            "code": code_version()}
 
 
 def run_study(study: Study, out: str | Path, overwrite: bool = False, progress: bool = True) -> dict:
