@@ -32,7 +32,7 @@ def test_commit_and_dirty_state_of_a_checkout(tmp_path):
     (tmp_path / "new.txt").write_text("untracked files do not count\n")
     assert git_state(tmp_path) == (head, False)
     (tmp_path / "a.txt").write_text("two\n")
-    assert git_state(tmp_path / ".git" / "..") == (head, True)
+    assert git_state(tmp_path) == (head, True)
 
 
 def test_code_version_is_the_imported_package():

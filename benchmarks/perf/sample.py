@@ -117,9 +117,9 @@ def per_call(shape: Shape, batches: list[int], precision: str, ceiling_gflops: f
         if kind in ("denoise", "decode"):
             rows[f"{kind}_b{b}"]["breakdown"] = time_breakdown(cases[(kind, b)], flops[(kind, b)], probe_gflops,
                                                                 device)
-    for (kind, b), row in ((k, rows[f"{k[0]}_b{k[1]}"]) for k in cases):
+    for kind, b in cases:
         if kind != "denoise":
-            row["over_denoise"] = row["seconds"] / rows[f"denoise_b{b}"]["seconds"]
+            rows[f"{kind}_b{b}"]["over_denoise"] = rows[f"{kind}_b{b}"]["seconds"] / rows[f"denoise_b{b}"]["seconds"]
     return {"shape": shape.name, "precision": precision, "repeats": repeats,
             "probe": {"n": probe_n, "gflops": probe_gflops}, "calls": rows}
 
