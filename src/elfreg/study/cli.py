@@ -1,8 +1,10 @@
-"""``elfreg study --plan FILE.yaml [--out DIR] [--dry-run | --report] [--overwrite] [key=value ...]``."""
+"""``elfreg study --plan FILE.yaml [--out DIR] [--dry-run | --report | --report-to DIR] [--compare A B ...]
+[--overwrite] [key=value ...]``."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from elfreg.study.plan import Study, load_plan
@@ -43,6 +45,7 @@ def format_status(study: Study, status: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from elfreg.study.compare import compare_arms, format_comparison, parse_arm
     from elfreg.study.report import format_table, write_outputs
     from elfreg.study.runner import report_so_far, run_study, status
 
@@ -51,21 +54,30 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(format_status(study, status(study, out)))
         return 0
-    if args.report or args.report_to:
+    arms = [(parse_arm(a, study), parse_arm(b, study)) for a, b in args.compare or []]
+    if args.report or args.report_to or arms:
         report = report_so_far(study, out)
         if not report["rows"]:
             print(f"no evaluation cell of plan {study.identity()} has finished in {out} yet")
             return 0
-        done = sum(e["cells"] for e in report["table"])
-        print(format_table(report))
-        print(f"\n{done} of {len(study.eval_cells())} evaluation cells finished"
-              + ("" if report["complete"] else "; rows marked (incomplete) miss cells"))
+        comparisons = [compare_arms(report["rows"], a, b) for a, b in arms]
+        if args.report or args.report_to:
+            done = sum(e["cells"] for e in report["table"])
+            print(format_table(report))
+            print(f"\n{done} of {len(study.eval_cells())} evaluation cells finished"
+                  + ("" if report["complete"] else "; rows marked (incomplete) miss cells"))
+        for c in comparisons:
+            print("\n" + format_comparison(c))
         if args.report_to:
             folder = Path(args.report_to)
             if folder.resolve() == out.resolve():
                 raise ValueError("--report-to must be another folder than --out (a study may be running there)")
             folder.mkdir(parents=True, exist_ok=True)
-            print(f"wrote {', '.join(str(p) for p in write_outputs(folder, report))}")
+            written = write_outputs(folder, report)
+            if comparisons:
+                written.append(folder / "comparisons.json")
+                written[-1].write_text(json.dumps(comparisons, indent=2) + "\n")
+            print(f"wrote {', '.join(str(p) for p in written)}")
         return 0
     report = run_study(study, out, overwrite=args.overwrite, progress=not args.no_progress)
     print(format_table(report))
@@ -84,6 +96,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="print the table of the cells finished so far (also while a study runs); run nothing")
     mode.add_argument("--report-to", metavar="DIR",
                       help="as --report, and write its results.json, table.md and plot into DIR")
+    p.add_argument("--compare", nargs=2, action="append", metavar=("A", "B"),
+                   help="A − B per training run over the cells both share; an arm is a model (elf-reg) or a "
+                        "model/sampler (elf-reg/renoise); repeatable; alone it runs nothing and prints only these")
     p.add_argument("--overwrite", action="store_true",
                    help="discard what another plan made in --out (its runs included) instead of refusing")
     p.add_argument("--no-progress", action="store_true")
