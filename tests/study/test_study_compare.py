@@ -98,3 +98,13 @@ def test_the_command_prints_comparisons_of_a_study_folder(tmp_path, capsys):
     assert [c["a"] for c in saved] == ["elf-reg", "elf-reg/reg-off"] and "| model |" in capsys.readouterr().out
     assert main(["study", "--plan", str(plan_path), "--out", str(out), "--compare", "elf", "shift1"]) == 2
     assert "unknown model 'shift1'" in capsys.readouterr().err
+
+
+def test_cells_equal_up_to_float_rounding_are_level():
+    # one pass@1 reached by two float paths: 0.1 + 0.2 != 0.3 in its last bit
+    a, b = [0.1 + 0.2, 0.5], [0.3, 0.5]
+    rows = [{"model": m, "train_seed": t, "sampler": "early-stop", "nfe": 4, "pass@1": v}
+            for t in (0, 1) for m, values in (("x", a), ("y", b)) for v in values]
+    c = compare_arms(rows, ("x", "early-stop"), ("y", "early-stop"))
+    assert all(r["ahead"] == r["behind"] == 0 for r in c["runs"])
+    assert c["verdict"] == "the runs disagree"  # level in both runs: neither arm is ahead

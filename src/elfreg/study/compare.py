@@ -17,6 +17,10 @@ from collections import defaultdict
 from elfreg.config import ConfigError
 from elfreg.study.plan import Study
 
+# pass@1 is a share of a fixed problem set: two cells closer than this are level (the same share
+# reached by two float paths, a mean of 0/1 scores and a count over n, may differ in its last bit)
+LEVEL = 1e-9
+
 
 def parse_arm(text: str, study: Study) -> tuple[str, str | None]:
     """``"model"`` or ``"model/sampler"`` → (model, sampler or None), checked against the plan."""
@@ -54,8 +58,8 @@ def compare_arms(rows: list[dict], a: tuple[str, str | None], b: tuple[str, str 
             continue
         diffs = {k: means_a[t][k] - means_b[t][k] for k in shared}
         values = list(diffs.values())
-        runs.append({"train_seed": t, "cells": len(values), "ahead": sum(v > 0 for v in values),
-                     "behind": sum(v < 0 for v in values), "min": min(values), "max": max(values),
+        runs.append({"train_seed": t, "cells": len(values), "ahead": sum(v > LEVEL for v in values),
+                     "behind": sum(v < -LEVEL for v in values), "min": min(values), "max": max(values),
                      "mean": statistics.fmean(values), "diffs": {"/".join(map(str, k)): v for k, v in diffs.items()}})
     return {"a": _name(a), "b": _name(b), "runs": runs, "verdict": verdict(_name(a), _name(b), runs)}
 
@@ -65,7 +69,7 @@ def verdict(a: str, b: str, runs: list[dict]) -> str:
     established about training runs."""
     if not runs:
         return "no training run has cells of both arms"
-    signs = {(r["mean"] > 0) - (r["mean"] < 0) for r in runs}
+    signs = {(r["mean"] > LEVEL) - (r["mean"] < -LEVEL) for r in runs}
     every_cell = all(r["ahead"] == r["cells"] for r in runs) or all(r["behind"] == r["cells"] for r in runs)
     if len(runs) < 2:
         return "one training run: agreement between runs is unknown"
