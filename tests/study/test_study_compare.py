@@ -65,10 +65,11 @@ def test_two_samplers_of_one_model_are_compared_nfe_by_nfe(study):
 def test_runs_that_disagree_and_a_single_run_are_said_so():
     up = {"mean": 0.1, "ahead": 1, "behind": 0, "cells": 1}
     down = {"mean": -0.1, "ahead": 0, "behind": 1, "cells": 1}
-    assert verdict("a", "b", [up, down]) == "the runs disagree"
+    assert verdict("a", "b", [up, down]) == "neither arm is ahead in every run"
     assert verdict("a", "b", [up]).startswith("one training run")
     assert verdict("a", "b", []).startswith("no training run")
-    assert verdict("a", "b", [up, {**up, "mean": 0.0, "ahead": 0}]) == "the runs disagree"  # a tie is not ahead
+    assert verdict("a", "b", [up, {**up, "mean": 0.0, "ahead": 0}]) == "neither arm is ahead in every run"  # a tie
+    assert verdict("a", "b", [down, down]) == "b ahead in all 2 runs, in every cell"
 
 
 def test_arms_are_checked_against_the_plan(study):
@@ -101,10 +102,9 @@ def test_the_command_prints_comparisons_of_a_study_folder(tmp_path, capsys):
 
 
 def test_cells_equal_up_to_float_rounding_are_level():
-    # one pass@1 reached by two float paths: 0.1 + 0.2 != 0.3 in its last bit
-    a, b = [0.1 + 0.2, 0.5], [0.3, 0.5]
+    # one pass@1 reached by two float paths (0.1 + 0.2 != 0.3 in its last bit), one sampling seed
     rows = [{"model": m, "train_seed": t, "sampler": "early-stop", "nfe": 4, "pass@1": v}
-            for t in (0, 1) for m, values in (("x", a), ("y", b)) for v in values]
+            for t in (0, 1) for m, v in (("x", 0.1 + 0.2), ("y", 0.3))]
     c = compare_arms(rows, ("x", "early-stop"), ("y", "early-stop"))
     assert all(r["ahead"] == r["behind"] == 0 for r in c["runs"])
-    assert c["verdict"] == "the runs disagree"  # level in both runs: neither arm is ahead
+    assert c["verdict"] == "neither arm is ahead in every run"  # level in both runs

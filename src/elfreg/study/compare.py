@@ -5,7 +5,7 @@ training seed ``t`` that both arms have, every cell they share — a (sampler, N
 models, an NFE for two model/sampler arms — gets ``m_A[t] − m_B[t]``, each ``m`` the mean pass@1
 over the sampling seeds of that cell. A run's comparison is the count of cells where A is ahead
 and the range and mean of the differences; the verdict says whether A (or B) is ahead in the mean
-of every training run, or the runs disagree. Training runs of different models share nothing but
+of every training run, or neither is. Training runs of different models share nothing but
 their seed, so the comparison is per run, not a paired test.
 """
 
@@ -69,15 +69,13 @@ def verdict(a: str, b: str, runs: list[dict]) -> str:
     established about training runs."""
     if not runs:
         return "no training run has cells of both arms"
-    signs = {(r["mean"] > LEVEL) - (r["mean"] < -LEVEL) for r in runs}
-    every_cell = all(r["ahead"] == r["cells"] for r in runs) or all(r["behind"] == r["cells"] for r in runs)
     if len(runs) < 2:
         return "one training run: agreement between runs is unknown"
-    if signs == {1}:
-        return f"{a} ahead in all {len(runs)} runs" + (", in every cell" if every_cell else "")
-    if signs == {-1}:
-        return f"{b} ahead in all {len(runs)} runs" + (", in every cell" if every_cell else "")
-    return "the runs disagree"
+    for leader, sign, count in ((a, 1, "ahead"), (b, -1, "behind")):
+        if all(sign * r["mean"] > LEVEL for r in runs):
+            every_cell = all(r[count] == r["cells"] for r in runs)
+            return f"{leader} ahead in all {len(runs)} runs" + (", in every cell" if every_cell else "")
+    return "neither arm is ahead in every run"
 
 
 def _name(arm: tuple[str, str | None]) -> str:
