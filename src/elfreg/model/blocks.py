@@ -18,7 +18,11 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps).to(x.dtype)
+        return self.normed_fp32(x).to(x.dtype)
+
+    def normed_fp32(self, x: torch.Tensor) -> torch.Tensor:
+        """The normed values in fp32, for callers that compute on before rounding (qk-norm → RoPE)."""
+        return F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps)
 
 
 def rope_tables(positions: torch.Tensor, head_dim: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -29,10 +33,10 @@ def rope_tables(positions: torch.Tensor, head_dim: int, base: float) -> tuple[to
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate (B, heads, S, head_dim) by the tables (half-split convention)."""
-    x1, x2 = x.float().chunk(2, dim=-1)
+    """Rotate (B, heads, S, head_dim) by the tables (half-split convention), in x's dtype."""
+    x1, x2 = x.chunk(2, dim=-1)
     cos, sin = cos[None, None], sin[None, None]
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).to(x.dtype)
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
 class Attention(nn.Module):
@@ -46,12 +50,24 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim)
         self.k_norm = RMSNorm(self.head_dim)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def qkv_heads(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v as (B, heads, S, head_dim); q and k qk-normed and rotated.
+
+        Norm and RoPE run in fp32 and round once to the compute dtype: under bf16 a rounding
+        between them cost two more casts of q and k per block (2-8 % of a B-shape denoise call,
+        docs/performance.md) and added error. In fp32 the values are those of norm-then-RoPE
+        bit for bit, gradients included (the layout of every tensor is unchanged).
+        """
         b, s, _ = x.shape
         q, k, v = self.qkv(x).view(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q = apply_rope(self.q_norm(q), cos, sin)
-        k = apply_rope(self.k_norm(k), cos, sin)
-        out = F.scaled_dot_product_attention(q, k, v.to(q.dtype))
+        q = apply_rope(self.q_norm.normed_fp32(q), cos, sin).to(q.dtype)
+        k = apply_rope(self.k_norm.normed_fp32(k), cos, sin).to(k.dtype)
+        return q, k, v.to(q.dtype)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        out = F.scaled_dot_product_attention(*self.qkv_heads(x, cos, sin))
         return self.proj(out.transpose(1, 2).reshape(b, s, self.heads * self.head_dim))
 
 
