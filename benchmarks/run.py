@@ -27,13 +27,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from perf.common import machine_description, peak_memory_bytes  # noqa: E402
 from perf.frozen import frozen_cases, frozen_shapes  # noqa: E402
 from perf.gemm import gemm_ceilings  # noqa: E402
+from perf.host_memory import host_memory_section  # noqa: E402
 from perf.report import markdown  # noqa: E402
 from perf.sample import end_to_end, per_call, top_token_ops  # noqa: E402
 from perf.train import Shape, optimizer_section, train_section  # noqa: E402
 
 from elfreg.device import resolve_device, resolve_precision  # noqa: E402
+from elfreg.host_memory import keep_freed_memory  # noqa: E402
 
-SECTIONS = ("gemm", "train", "calls", "e2e", "sampling")  # sampling: calls and e2e
+SECTIONS = ("gemm", "train", "host", "calls", "e2e", "sampling")  # sampling: calls and e2e
 
 # the toy demo (src/elfreg/toy/demo.py): 128 × 4 student, toy encoder 128 wide, teacher 192 wide, the
 # toy LMs' vocabulary of 832 (the student's vocabulary head is the encoder's)
@@ -53,8 +55,9 @@ def plan(quick: bool) -> dict[str, Any]:
     if quick:
         return {"repeats": 1, "gemm_sizes": [128, 256], "train_shapes": [TINY, TINY_WIDE],
                 "call_shapes": [(TINY, [1, 4]), (TINY_WIDE, [1])], "e2e": [(TINY, [1, 2], 1)],
-                "nfes": [4, 8]}
+                "nfes": [4, 8], "host": ([TINY], 1, 1)}
     return {"repeats": 3, "gemm_sizes": [1024, 2048], "train_shapes": [DEMO, B],
+            "host": ([DEMO, B], 3, 3),  # shapes, rounds (a process per setting each), timed steps
             "call_shapes": [(DEMO, [1, 8, 32]), (B, [1, 8])],
             # (shape, batches, repeats or 0 for the run's): the B shape end to end takes minutes a round
             "e2e": [(DEMO, [1, 16], 0), (B, [1], 1)],
@@ -116,7 +119,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                             for s, bs, n in cfg["e2e"]]
     if "sampling" in result:
         result["memory"]["sampling"] = peak_memory_bytes(device)
+    if "host" in sections and device.type == "cpu":
+        shapes, rounds, steps = cfg["host"]
+        result["host_memory"] = [host_memory_section(s, precision, rounds, steps) for s in shapes]
     if "train" in sections:
+        # as elfreg's training does by default (train.host_memory: keep); the sections above ran
+        # with malloc as it was
+        result["train_host_memory_kept"] = keep_freed_memory()
         result["train"] = []
         for shape in cfg["train_shapes"]:
             section = train_section(shape, precision, ceiling, repeats, device, max(cfg["gemm_sizes"]),

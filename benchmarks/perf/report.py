@@ -34,6 +34,25 @@ def _breakdown_table(per_call: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _host_memory_table(sections: list[dict[str, Any]]) -> list[str]:
+    """The ELF-REG training step with malloc's default against ``train.host_memory: keep``."""
+    lines = ["## Host memory: the ELF-REG training step, malloc's default (`release`) against `keep`", "",
+             "(one process per setting and round, rounds alternating; medians over rounds)", "",
+             "| shape | precision | setting | step ms | fwd ms | bwd ms | page faults / step | system s / step "
+             "| peak RSS GiB |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for sec in sections:
+        for setting in ("release", "keep"):
+            row = sec[setting]
+            ph = row["phase_seconds"]
+            lines.append(f"| {sec['shape']} | {sec['precision']} | {setting} | {_ms(row['step_seconds'])} | "
+                         f"{_ms(ph['forward'])} | {_ms(ph['backward'])} | {row['page_faults_per_step']:.0f} | "
+                         f"{row['system_seconds_per_step']:.3f} | {_gb(row['peak_rss_bytes'])} |")
+    lines += ["", "Step time release / keep: " + ", ".join(
+        f"{sec['shape']} **{sec['release_over_keep']:.2f}×** ({sec['rounds']} rounds × {sec['steps']} steps)"
+        for sec in sections) + ".", ""]
+    return lines
+
+
 def markdown(r: dict[str, Any]) -> str:
     """Machine, GEMM ceilings, training steps, network calls, end-to-end sampling and memory."""
     m = r["machine"]
@@ -84,6 +103,8 @@ def markdown(r: dict[str, Any]) -> str:
                       + ", ".join(f"{k} {_ms(v)} ms ({oi['speedup'][k]:.2f}× for-loop)"
                                   for k, v in oi["seconds"].items())
                       + ".", ""]
+    if r.get("host_memory"):
+        lines += _host_memory_table(r["host_memory"])
     samp = r.get("sampling", {})
     if "per_call" in samp:
         lines += ["## Network calls (time vs FLOP floor = FLOPs / ceiling)", "",

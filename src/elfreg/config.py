@@ -123,6 +123,7 @@ class TrainConfig:
     device: str = "auto"  # auto: cuda when available, else cpu
     precision: Literal["auto", "bf16", "fp32"] = "auto"  # auto: bf16 where the hardware has it
     feature_cache: bool = False  # keep frozen features of seen examples in memory (small data sets)
+    host_memory: Literal["keep", "release"] = "keep"  # keep: malloc reuses freed memory (elfreg.host_memory)
     progress: bool = True
     # scale-out (docs/scaling.md); batch_size is the global micro-batch, split over the ranks
     parallel: Literal["none", "ddp", "fsdp2"] = "none"

@@ -173,12 +173,8 @@ class Study:
     # -- identity -------------------------------------------------------------------------
     def to_dict(self) -> dict:
         """The resolved plan, JSON-ready: what every cell is made of (no paths of this run)."""
-        models = {}
-        for name, cfg in self.models.items():
-            data = cfg.to_dict()
-            for key in ("seed", "out_dir", "progress"):
-                data["train"].pop(key)
-            models[name] = {"changes": self.model_changes[name], "config": data}
+        models = {name: {"changes": self.model_changes[name], "config": _recorded_config(cfg)}
+                  for name, cfg in self.models.items()}
         return {"format_version": FORMAT_VERSION, "models": models,
                 "samplers": {n: self.sampler_changes[n] for n in self.plan.samplers},
                 "train_seeds": self.plan.train_seeds, "nfes": self.plan.nfes,
@@ -189,12 +185,24 @@ class Study:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _recorded_config(cfg: Config) -> dict:
+    """A model's config as a plan records it: without the settings the study sets per cell."""
+    data = cfg.to_dict()
+    for key in ("seed", "out_dir", "progress"):
+        data["train"].pop(key)
+    return data
+
+
 def training_settings(plan: dict) -> dict[str, dict]:
     """What each model's training cells are made of, from a resolved plan (:meth:`Study.to_dict`,
     or the one a folder's ``plan.json`` holds): its config without the ``sample`` section, whose
-    settings belong to evaluation cells (each result row records its own)."""
+    settings belong to evaluation cells (each result row records its own). A setting the plan
+    does not record (one added to the config since) is at its default, which is what the model
+    was trained with."""
+    defaults = _recorded_config(Config())
     return {name: {"format_version": plan["format_version"],
-                   **{k: v for k, v in m["config"].items() if k != "sample"}}
+                   **{k: {**defaults.get(k, {}), **v} if isinstance(v, dict) else v
+                      for k, v in m["config"].items() if k != "sample"}}
             for name, m in plan["models"].items()}
 
 
