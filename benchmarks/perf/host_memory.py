@@ -23,6 +23,17 @@ from typing import Any
 SETTINGS = ("release", "keep")
 
 
+def _peak_rss_bytes() -> float:
+    """This process's own peak RSS: ``VmHWM`` (``ru_maxrss`` carries the parent's peak across
+    ``fork``/``exec``, so a child would report the benchmark's peak, not its own)."""
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return float(line.split()[1]) * 1024
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
 def _child(shape_json: str, precision: str, setting: str, warmup: int, steps: int) -> dict[str, Any]:
     import torch
 
@@ -41,7 +52,7 @@ def _child(shape_json: str, precision: str, setting: str, warmup: int, steps: in
             "seconds": {k: statistics.median(r[k] for r in runs) for k in runs[0]},
             "page_faults_per_step": (after.ru_minflt - before.ru_minflt) / steps,
             "system_seconds_per_step": (after.ru_stime - before.ru_stime) / steps,
-            "peak_rss_bytes": float(after.ru_maxrss) * 1024}
+            "peak_rss_bytes": _peak_rss_bytes()}
 
 
 def host_memory_section(shape: Any, precision: str, rounds: int, steps: int, warmup: int = 1) -> dict[str, Any]:
