@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         text, status = describe(err)
         line = text if text.startswith("config error:") else f"elfreg {args.command}: error: {text}"
         _one_line(line)
+        _wait_for_the_other_ranks_to_fail()
         return status
 
 
@@ -107,6 +108,35 @@ def _one_line(line: str) -> None:
     lands between."""
     sys.stderr.write(rank_prefix() + line + "\n")
     sys.stderr.flush()
+
+
+def _wait_for_the_other_ranks_to_fail(grace_s: float = 10.0) -> None:
+    """Under torchrun, hold this rank's exit until every rank has failed or ``grace_s`` passed.
+
+    torchrun stops the remaining ranks as soon as one exits non-zero; a failure every rank meets
+    (a bad config value, a missing file) would otherwise reach the user as the line of whichever
+    rank got there first, and the slower ranks would be killed before saying theirs. The ranks
+    count their failures in torchrun's own store, which exists before (and without) a process
+    group. A failure of one rank alone costs ``grace_s`` more before torchrun stops the rest."""
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if world < 2 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return
+    import datetime
+    import time
+
+    import torch.distributed as dist
+
+    try:
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                              timeout=datetime.timedelta(seconds=grace_s))
+        key = f"elfreg/failed-ranks/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        deadline = time.monotonic() + grace_s
+        failed = store.add(key, 1)
+        while failed < world and time.monotonic() < deadline:
+            time.sleep(0.05)
+            failed = store.add(key, 0)
+    except (KeyError, ValueError, RuntimeError):  # no store to reach: exit at once, as before
+        return
 
 
 def rank_prefix() -> str:

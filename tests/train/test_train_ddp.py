@@ -198,6 +198,55 @@ def test_every_rank_fails_with_one_line_naming_it(dist_cfg, tmp_path, override, 
     assert not [ln for ln in proc.stderr.splitlines() if ln.strip().startswith("File") and "/elfreg/" in ln]
 
 
+SLOW_RANK = textwrap.dedent("""
+    # rank 1 reaches the (shared) failure 3 s after rank 0 has exited with its own line
+    import os, sys, time
+    if os.environ["RANK"] == "1":
+        time.sleep(3)
+    from elfreg.cli import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def test_a_slow_rank_still_says_its_line_before_torchrun_stops_it(dist_cfg, tmp_path):
+    """torchrun stops the other ranks once one exits non-zero: the first rank to fail waits (in
+    torchrun's store) for the others to fail too, so a slower rank is not killed mid-way."""
+    _, path = dist_cfg("slow", steps=3, parallel="ddp")
+    script = tmp_path / "slow_rank.py"
+    script.write_text(SLOW_RANK)
+    proc = torchrun(["train", "--config", str(path), "train.lr=-1"], script=script)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("rank ")]
+    assert proc.returncode != 0, proc.stderr
+    assert sorted(ln.split(":")[0] for ln in lines) == ["rank 0/2", "rank 1/2"], proc.stderr
+
+
+LONE_FAILURE = textwrap.dedent("""
+    # rank 1 fails alone; rank 0 would wait for it at its first collective
+    import os, sys
+    if os.environ["RANK"] == "1":
+        sys.argv.append("train.lr=-1")
+    from elfreg.cli import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def test_a_rank_failing_alone_stops_the_job_after_the_grace(dist_cfg, tmp_path):
+    """A failure on one rank only: that rank says its line and the job still ends (after the
+    grace), rather than hanging on the ranks that wait for it."""
+    import time
+
+    _, path = dist_cfg("lone", steps=3, parallel="ddp")
+    script = tmp_path / "lone.py"
+    script.write_text(LONE_FAILURE)
+    start = time.monotonic()
+    proc = torchrun(["train", "--config", str(path)], script=script, timeout=120)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("rank ")]
+    assert proc.returncode != 0
+    assert [ln.split(":")[0] for ln in lines] == ["rank 1/2"], proc.stderr
+    assert "train.lr: must be > 0" in lines[0]
+    assert time.monotonic() - start < 100
+
+
 def test_sigterm_to_torchrun_stops_every_rank_after_the_same_step_with_a_checkpoint(dist_cfg):
     """torchrun passes SIGTERM to its ranks; they agree on the step, checkpoint it and exit with
     one line each; the same command resumes (a constant schedule, so the resumed part can end a
