@@ -72,6 +72,14 @@ QUICK = {
 CURVE_SAMPLER = SampleConfig(sampler="early-stop", nfe=16)
 
 
+def eval_batch_size(device: torch.device) -> int:
+    """Rows per sampling batch of a toy evaluation. On a CPU, calls of more than about 32 rows
+    run slower per row (their activations leave the caches: a level-2 denoise call took 1.9× as
+    long per row at 256 rows as at 32, docs/performance.md); an answer does not depend on its
+    batch on a CPU, so only the time changes. Elsewhere large batches are what keep a device busy."""
+    return 32 if device.type == "cpu" else 256
+
+
 def _merge(base: dict, changes: dict) -> dict:
     out = copy.deepcopy(base)
     for section, values in changes.items():
@@ -121,7 +129,8 @@ def evaluate(student, frozen: FrozenText, problems: list[dict], cfg: Config, sam
     tok = frozen.tokenizer
     gold = [tok(p["answer"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for p in problems]
     results = generate(student, [as_example(p).prompt for p in problems], sample, frozen_text=frozen, flow=cfg.flow,
-                       samples=samples, seed=seed, batch_size=256, progress=progress)
+                       samples=samples, seed=seed, batch_size=eval_batch_size(next(student.parameters()).device),
+                       progress=progress)
     verdicts: dict[str, list[bool]] = {str(i): [] for i in range(len(problems))}
     for r in results:  # prompt-major, sample j in order
         verdicts[str(r.prompt_index)].append(arith.is_correct(r.text, problems[r.prompt_index]))
