@@ -7,6 +7,8 @@ one ``decode`` (one student forward in decode mode, the vocabulary head on every
 and an argmax; no EOS early stop, so the work is fixed). A *decode, head on n* call is the work the
 EOS stop leaves when every answer ends within its first n positions: the same forward, the head on
 n positions per row (a random student never emits EOS, so the stop itself cannot be timed on one).
+A *denoise, canvas n* call is a denoise call on the first n canvas positions: what a sample
+trimmed by canvas trimming (``sample.trim``) pays per step once its answer has settled.
 The *FLOP floor* of a call is its FLOPs (:func:`perf.flops.count`: matmuls and attention) divided
 by the same run's GEMM ceiling: the time the call would take if every FLOP ran at the speed of a
 large square matmul. In bf16, a third call per batch, *denoise, autocast casts*, runs the fp32
@@ -63,6 +65,12 @@ def _head_positions(shape: Shape) -> list[int]:
     return sorted({n for n in (EOS_WINDOW, answer // 2) if 0 < n < answer})
 
 
+def _trimmed_canvases(shape: Shape) -> list[int]:
+    """The canvas a trimmed sample runs on when its answer fills half the answer region."""
+    n = shape.prompt + (shape.canvas - shape.prompt) // 2
+    return [n] if shape.prompt < n < shape.canvas else []
+
+
 def per_call(shape: Shape, batches: list[int], precision: str, ceiling_gflops: float, repeats: int,
              device: torch.device, probe_n: int = 2048, compiled: bool = False) -> dict[str, Any]:
     """Seconds, FLOPs, floor and time/floor of a denoise and a decode call at each batch size,
@@ -96,6 +104,9 @@ def per_call(shape: Shape, batches: list[int], precision: str, ceiling_gflops: f
             # positions: the same forward, the head on n positions per row (the rest marked prompt)
             short = x["prompt_mask"] | (torch.arange(shape.canvas, device=device) >= shape.prompt + n)
             kinds.append((f"decode, head on {n}", lambda x=x, short=short: net.decode(x["z"], short, x["reg"], x["w"])))
+        for n in _trimmed_canvases(shape):
+            kinds.append((f"denoise, canvas {n}", lambda x=x, q=q, n=n: net.denoise(
+                x["z"][:, :n], q[:, :n], x["t"], x["w"], x["prompt_mask"][:, :n], x["reg"], None)))
         if net.bf16:
             kinds.append(("denoise, autocast casts", denoise_autocast))
         if fast is not None:

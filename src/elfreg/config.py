@@ -163,6 +163,14 @@ class SampleConfig:
     adaptive_interval: int = field(default=4, metadata={"help": "adaptive exit: check every K denoiser steps"})
     reg: bool = field(default=True, metadata={
         "help": "run the REG token at inference (false: REG removed at inference, Table 5)"})
+    trim: bool = field(default=False, metadata={
+        "help": "canvas trimming (beyond the paper): once a sample's decoded answer end is stable, "
+                "run it on the canvas up to that end + trim_margin only; checks add decoder calls"})
+    trim_interval: int = field(default=4, metadata={"help": "canvas trimming: check every K denoiser steps"})
+    trim_patience: int = field(default=2, metadata={
+        "help": "canvas trimming: trim after this many checks whose answer end equals the previous one"})
+    trim_margin: int = field(default=8, metadata={
+        "help": "canvas trimming: answer positions kept past the stable end (the EOS region the model sees)"})
 
     def validate(self) -> SampleConfig:
         """Range checks (one-line :class:`ConfigError` naming the key); returns self."""
@@ -178,6 +186,14 @@ class SampleConfig:
             ("adaptive_interval", self.adaptive_interval >= 1, "must be >= 1"),
             ("renoise_mode", self.renoise_mode in ("both", "schedule", "renoise"),
              "must be one of both, schedule, renoise"),
+            ("trim_interval", isinstance(self.trim_interval, int) and self.trim_interval >= 1,
+             "must be an integer >= 1"),
+            ("trim_patience", isinstance(self.trim_patience, int) and self.trim_patience >= 1,
+             "must be an integer >= 1"),
+            ("trim_margin", isinstance(self.trim_margin, int) and self.trim_margin >= 0,
+             "must be an integer >= 0"),
+            ("trim", not (self.trim and self.sampler == "adaptive"),
+             "cannot be combined with the adaptive sampler (both stop on checks of the decoded answer)"),
         ]
         for key, ok, why in checks:
             if not ok:

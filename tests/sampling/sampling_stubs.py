@@ -24,7 +24,7 @@ class FixedNetwork:
         return {k: None if v is None else v.clone() for k, v in kw.items()}
 
     def prediction(self, z: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
-        x = self.x_hat.expand_as(z).clone()
+        x = self.x_hat[: z.shape[1]].expand_as(z).clone()  # a trimmed canvas holds its first positions
         if self.prompt_gain:
             m = prompt_mask[..., None].float()
             mean = (z * m).sum(1, keepdim=True) / m.sum(1, keepdim=True)
@@ -42,25 +42,38 @@ class FixedNetwork:
         return torch.where(prompt_mask, torch.full_like(ids, -1), ids)
 
 
-class ChangingNetwork(FixedNetwork):
-    """Like FixedNetwork, but the decoded answer of a row changes on every decode call of that row
-    (row ``r`` of a call decodes to a different token each time), for rows listed in ``unstable``.
-    Rows are identified by the first prompt state feature, set by the test to the row index."""
+class RowAlteringNetwork(FixedNetwork):
+    """FixedNetwork whose decodes of the rows listed in ``rows`` are altered by :meth:`alter`,
+    given how many times that row has been decoded. Rows are identified by the first prompt state
+    feature, set by the test to the row index."""
 
-    def __init__(self, *args, unstable: set[int], **kw):
+    def __init__(self, *args, rows: set[int], **kw):
         super().__init__(*args, **kw)
-        self.unstable = unstable
+        self.rows = rows
         self.calls: dict[int, int] = {}
+
+    def alter(self, ids: torch.Tensor, answer: torch.Tensor, calls: int) -> None:
+        raise NotImplementedError
 
     def decode(self, x, prompt_mask, reg, w):
         ids = super().decode(x, prompt_mask, reg, w)
         for k in range(x.shape[0]):
             row = int(round(float(x[k, 0, 0])))
             self.calls[row] = self.calls.get(row, 0) + 1
-            if row in self.unstable:
-                first = int((~prompt_mask[k]).nonzero()[0])
-                ids[k, first] = (self.calls[row] % (self.codebook.shape[0] - 1)) + 1
+            if row in self.rows:
+                self.alter(ids[k], (~prompt_mask[k]).nonzero().squeeze(1), self.calls[row])
         return ids
+
+
+class ChangingNetwork(RowAlteringNetwork):
+    """The decoded answer of each row in ``unstable`` changes on every decode of that row (its first
+    answer token differs each time)."""
+
+    def __init__(self, *args, unstable: set[int], **kw):
+        super().__init__(*args, rows=unstable, **kw)
+
+    def alter(self, ids, answer, calls):
+        ids[answer[0]] = (calls % (self.codebook.shape[0] - 1)) + 1
 
 
 def make_problem(batch: int = 2, length: int = 10, dim: int = 6, vocab: int = 7, d_r: int | None = 4,
@@ -76,3 +89,16 @@ def make_problem(batch: int = 2, length: int = 10, dim: int = 6, vocab: int = 7,
     states = torch.randn(batch, length, dim, generator=g)
     states[:, 0, 0] = torch.arange(batch, dtype=torch.float32)  # row tag for ChangingNetwork
     return states, mask, target, x_hat, codebook, reg_hat
+
+
+class MovingEndNetwork(RowAlteringNetwork):
+    """For each row in ``moving`` the first EOS (id ``eos``) of each decode sits one position later
+    than in that row's previous decode."""
+
+    def __init__(self, *args, moving: set[int], eos: int, **kw):
+        super().__init__(*args, rows=moving, **kw)
+        self.eos = eos
+
+    def alter(self, ids, answer, calls):
+        ids[answer] = torch.where(ids[answer] == self.eos, 1, ids[answer])
+        ids[answer[min(calls, answer.numel() - 1)]] = self.eos

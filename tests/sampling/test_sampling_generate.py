@@ -36,7 +36,7 @@ def student(frozen):
 
 
 SAMPLE_FIELDS = {"sampler", "nfe", "rho", "sc_cfg", "prompt_cfg", "renoise_eta", "renoise_power",
-                 "adaptive_patience", "adaptive_interval"}
+                 "adaptive_patience", "adaptive_interval", "trim", "trim_interval", "trim_patience", "trim_margin"}
 
 
 def _gen(student, frozen, prompts, record_trajectory=False, record_every=1, **kw):
@@ -54,6 +54,32 @@ def test_batch_invariance_across_prompt_lengths(student, frozen, sampler):
         alone = _gen(student, frozen, [PROMPTS[r.prompt_index]], sampler=sampler, samples=1,
                      seed=11 + r.sample_index, adaptive_interval=1, adaptive_patience=1)[0]
         assert (alone.tokens, alone.nfe, alone.seed) == (r.tokens, r.nfe, r.seed)
+
+
+def test_canvas_trimming_on_a_student_is_batch_invariant_and_pays_for_its_checks(student, frozen):
+    trim = {"trim": True, "trim_interval": 1, "trim_patience": 1, "trim_margin": 0, "nfe": 12}
+    batched = _gen(student, frozen, PROMPTS, samples=2, seed=11, batch_size=6, **trim)
+    length = frozen.canvas.canvas_len
+    assert any(r.canvas_len < length for r in batched), [r.canvas_len for r in batched]
+    for r in batched:
+        assert r.canvas_len == length or r.canvas_len % 8 == 0
+        assert r.nfe == r.denoiser_calls + r.decoder_calls and r.denoiser_calls == 11 and r.decoder_calls >= 3
+        alone = _gen(student, frozen, [PROMPTS[r.prompt_index]], samples=1, seed=11 + r.sample_index, **trim)[0]
+        assert (alone.tokens, alone.nfe, alone.canvas_len) == (r.tokens, r.nfe, r.canvas_len)
+
+
+def test_a_demo_width_student_answers_the_same_in_small_and_large_cpu_batches(frozen):
+    # toy evaluations batch 32 rows on a CPU and 256 elsewhere (elfreg.toy.demo.eval_batch_size);
+    # on a CPU in fp32 the batch must not move an answer
+    torch.manual_seed(3)
+    cfg = ModelConfig(width=128, depth=4, heads=2, repa_block=2, projector_hidden=16, time_freq_dim=64)
+    wide = Student(cfg, frozen.encoder.width, frozen.encoder.vocab_size, teacher_dim=48, repa=False).eval()
+    torch.nn.init.normal_(wide.out_x.weight, std=0.3)
+    torch.nn.init.normal_(wide.reg_out.weight, std=0.3)
+    prompts = [f"what is {a}+{b}?" for a in range(8) for b in range(8)]
+    small, large = (_gen(wide, frozen, prompts, samples=4, nfe=4, batch_size=b, precision="fp32") for b in (32, 256))
+    assert [r.tokens for r in small] == [r.tokens for r in large]
+    assert len({tuple(r.tokens) for r in small}) > 1  # the answers depend on the prompt and the noise
 
 
 def test_results_layout_nfe_and_seeds(student, frozen):

@@ -50,6 +50,7 @@ class GenerationResult:
     exit_time: float  # time of the decoded prediction (1.0 for full-span's final state)
     early_exit: bool  # adaptive exit stopped on a stable answer
     sampler: str
+    canvas_len: int  # canvas positions its last network calls ran on (the whole canvas unless trimmed)
     trajectory: Trajectory | None = field(default=None, repr=False)
 
     def as_dict(self) -> dict:
@@ -144,7 +145,7 @@ def generate(model: SamplingModels | Student | Network, prompts: list[str], samp
         pick = torch.tensor([where[i] for i, _ in batch], device=device)
         seeds = [seed + j for _, j in batch]
         out = run_sampler(net, states[pick], canvas.prompt_mask.to(device)[pick], seeds, sample, flow,
-                          answer_key=check_key, record_every=record_every, record_steps=record_steps)
+                          answer_key=check_key, record_every=record_every, record_steps=record_steps, eos_id=eos)
         for k, (i, j) in enumerate(batch):
             tokens = answer_token_ids(out.token_ids[k], eos)
             results.append(GenerationResult(
@@ -152,6 +153,7 @@ def generate(model: SamplingModels | Student | Network, prompts: list[str], samp
                 nfe=int(out.nfe[k]), nfe_budget=sample.nfe, denoiser_calls=int(out.denoiser_calls[k]),
                 decoder_calls=int(out.decoder_calls[k]), steps=int(out.steps[k]),
                 exit_time=float(out.exit_time[k]), early_exit=bool(out.early_exit[k]), sampler=sample.sampler,
+                canvas_len=int(out.canvas_len[k]),
                 trajectory=None if out.trajectories is None else out.trajectories[k]))
     return results
 

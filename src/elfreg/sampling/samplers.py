@@ -21,7 +21,10 @@ row of :data:`SAMPLER_SPECS`: which grid, which move between network calls, what
 ``sample.reg: false`` removes REG at inference (Table 5): no REG state is sampled and the network
 runs without its REG token.
 - **Adaptive exit** (§8, beyond the paper): the early-stop path, stopped once the decoded answer
-  has stopped changing; see :class:`AdaptiveExit`.
+  has stopped changing; see :class:`~elfreg.sampling.checks.AdaptiveExit`.
+
+``sample.trim: true`` (beyond the paper, any sampler but adaptive) runs each row on a shorter
+canvas once its decoded answer end has settled; see :class:`~elfreg.sampling.checks.CanvasTrim`.
 
 Start of every path: answer positions ~ σ·N(0, I); the REG state ~ σ·N(0, I) (REG starts from
 noise, the teacher is never used); q_0 = 0; prompt positions hold the clean encoder states and
@@ -30,13 +33,14 @@ keep them at every step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Hashable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import torch
 
 from ..config import FlowConfig, SampleConfig
 from ..model.student import Student
+from .checks import AdaptiveExit, CanvasTrim, CheckKey
 from .grids import early_stop_prefix, full_span_grid, grid_generator, master_grid, power_schedule
 from .network import CountingNetwork, Network, as_network
 from .steps import NoiseSource, euler_update, predict, renoise_input, with_clean_prompt
@@ -54,6 +58,7 @@ class SamplerOutput:
     steps: torch.Tensor  # (B,) denoiser steps taken on the trajectory
     exit_time: torch.Tensor  # (B,) float64 time of the decoded prediction (1.0 for full-span)
     early_exit: torch.Tensor  # (B,) bool: adaptive exit stopped on a stable answer
+    canvas_len: torch.Tensor  # (B,) canvas positions of the last calls (L unless trimmed)
     trajectories: list[Trajectory] | None = None
 
     @property
@@ -78,6 +83,10 @@ class BatchContext:
     def device(self) -> torch.device:
         return self.prompt_states.device
 
+    def prompt(self, rows: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Clean prompt states and prompt mask of ``rows`` on canvas positions [0, n)."""
+        return self.prompt_states[rows, :n], self.prompt_mask[rows, :n]
+
     def observe(self, rows: torch.Tensor, step: int, t: torch.Tensor, y: torch.Tensor, d: torch.Tensor,
                 r: torch.Tensor | None, rd: torch.Tensor | None) -> None:
         if self.recorder is not None:
@@ -96,19 +105,21 @@ class Path:
     rq: torch.Tensor | None
     steps: torch.Tensor  # (B,) long, CPU
 
-    def rows(self, idx: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        """(y, r, q, r_q) of the rows ``idx``."""
-        return tuple(None if x is None else x[idx] for x in (self.y, self.r, self.q, self.rq))
+    def rows(self, idx: torch.Tensor, n: int) -> tuple[torch.Tensor | None, ...]:
+        """(y, r, q, r_q) of the rows ``idx``, text parts on canvas positions [0, n)."""
+        return self.y[idx, :n], None if self.r is None else self.r[idx], self.q[idx, :n], \
+            None if self.rq is None else self.rq[idx]
 
 
-# What happens between two network calls: (ctx, rows, y, d, r, r̂, t_j, t_{j+1}) → next (y, r).
+# What happens between two network calls: (ctx, rows, y, d, r, r̂, t_j, t_{j+1}) → next (y, r);
+# the text parts hold the rows' canvas positions [0, n), n = y.shape[1].
 Move = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
 
 
 def euler_move(ctx: BatchContext, rows, y, d, r, rd, t, t_next):
     """Eq. 12 for the text and the REG state; prompt positions restored."""
     c_min = ctx.flow.c_min
-    y = with_clean_prompt(euler_update(y, d, t, t_next, c_min), ctx.prompt_states[rows], ctx.prompt_mask[rows])
+    y = with_clean_prompt(euler_update(y, d, t, t_next, c_min), *ctx.prompt(rows, y.shape[1]))
     return y, None if r is None else euler_update(r, rd, t, t_next, c_min)
 
 
@@ -120,20 +131,27 @@ def renoise_move(ctx: BatchContext, rows, y, d, r, rd, t, t_next):
     else:
         xi = ctx.noise.normal(rows, tuple(y.shape[1:]))
         xr = None if r is None else ctx.noise.normal(rows, (r.shape[1],))
-    z = with_clean_prompt(renoise_input(d, t_next, eta, sigma, xi), ctx.prompt_states[rows], ctx.prompt_mask[rows])
+    z = with_clean_prompt(renoise_input(d, t_next, eta, sigma, xi), *ctx.prompt(rows, y.shape[1]))
     return z, None if r is None else renoise_input(rd, t_next, eta, sigma, xr)
 
 
+def canvas_groups(rows: torch.Tensor, length: int, trim: CanvasTrim | None) -> list[tuple[torch.Tensor, int]]:
+    """``rows`` split by the canvas length they run on: one group of length L without trimming."""
+    return [(rows, length)] if trim is None else trim.groups(rows)
+
+
 def follow_path(ctx: BatchContext, path: Path, times: torch.Tensor, move: Move,
-                policy: AdaptiveExit | None = None) -> Path:
+                policy: AdaptiveExit | None = None, trim: CanvasTrim | None = None) -> Path:
     """The one update loop of every sampler: N − 1 network calls at ``times[:, j]`` (B, K).
 
     After call j a row moves to ``times[:, j + 1]`` when the grid has that point (Euler grids have
     N points, so the last call moves to the final state; the re-noising grid has N − 1, so its
     last call only predicts). ``policy`` (adaptive exit) may retire rows before and after a call;
-    retired rows are not run again.
+    retired rows are not run again. ``trim`` (canvas trimming) sets the canvas positions [0, n)
+    each row runs on; rows of different n are called separately.
     """
-    b, dev = ctx.prompt_mask.shape[0], ctx.device
+    b, length = ctx.prompt_mask.shape
+    dev = ctx.device
     times = times.to(dev)
     active = torch.ones(b, dtype=torch.bool)
     for j in range(ctx.sample.nfe - 1):
@@ -141,129 +159,38 @@ def follow_path(ctx: BatchContext, path: Path, times: torch.Tensor, move: Move,
             active = policy.before_step(path, active)
             if not active.any():
                 break
-        idx = active.nonzero().squeeze(1)
-        di = idx.to(dev)
-        y, r, q, rq = path.rows(di)
-        t = times[di, j]
-        d, rd = predict(ctx.net, di, y, q, t.float(), ctx.w[di], ctx.prompt_mask[di], r, rq, ctx.sample.prompt_cfg)
-        ctx.observe(di, j, t, y, d, r, rd)
-        path.q[di] = d
-        if path.rq is not None:
-            path.rq[di] = rd
-        if j + 1 < times.shape[1]:
-            path.y[di], r_next = move(ctx, di, y, d, r, rd, t, times[di, j + 1])
-            if r_next is not None:
-                path.r[di] = r_next
-        path.steps[idx] += 1
+        for idx, n in canvas_groups(active.nonzero().squeeze(1), length, trim):
+            di = idx.to(dev)
+            y, r, q, rq = path.rows(di, n)
+            t = times[di, j]
+            d, rd = predict(ctx.net, di, y, q, t.float(), ctx.w[di], ctx.prompt_mask[di, :n], r, rq,
+                            ctx.sample.prompt_cfg)
+            ctx.observe(di, j, t, y, d, r, rd)
+            path.q[di, :n] = d
+            if path.rq is not None:
+                path.rq[di] = rd
+            if j + 1 < times.shape[1]:
+                path.y[di, :n], r_next = move(ctx, di, y, d, r, rd, t, times[di, j + 1])
+                if r_next is not None:
+                    path.r[di] = r_next
+            path.steps[idx] += 1
         if policy is not None:
             active = policy.after_step(j, path, active)
+        if trim is not None:
+            trim.after_step(j, path, active)
     return path
 
 
-# (sample index in the batch, (L,) argmax ids of a decode) → the key compared by adaptive exit.
-CheckKey = Callable[[int, torch.Tensor], Hashable]
-
-
-def _whole_answer(_row: int, ids: torch.Tensor) -> Hashable:
-    return tuple(ids[ids >= 0].tolist())
-
-
-def checks_to_exit(streak: torch.Tensor, has_ref: torch.Tensor, patience: int) -> torch.Tensor:
-    """The fewest further checks (this one included) that could end the run."""
-    return torch.where(has_ref, patience - streak, torch.full_like(streak, patience + 1))
-
-
-def exit_cost(step: int, interval: int, checks_made: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
-    """Calls spent by the earliest possible exit when a check is due after denoiser step ``step``:
-    denoiser steps up to the last needed check plus every check made by then."""
-    return (step + (need - 1) * interval + 1) + checks_made + need
-
-
-class AdaptiveExit:
-    """Adaptive exit (spec §8): stop a sample when its decoded answer stops changing.
-
-    After every K-th denoiser step (``adaptive_interval``) a row may *check*: decode its current
-    clean prediction d_j (one decoder call, counted as NFE) and compare its key —
-    ``answer_key(row, ids)``, e.g. the extracted final number for math, by default the whole
-    answer — with the key of its previous check. A check whose key equals the previous one extends
-    the streak, any other resets it; when the streak reaches ``patience`` the row stops and returns
-    that decode (no further call).
-
-    Budget rule (never more than N calls, checks included): one call is always kept for the final
-    decode, so a denoiser step is taken only if ``used + 2 ≤ N``. A check is made only if the exit
-    it could lead to is still affordable: the fewest checks that could end the run from here
-    (patience − streak, or patience + 1 before the first check), K steps apart, must fit in the
-    budget; once unaffordable a stop never becomes affordable again. Consequences: with patience
-    larger than the budget no check is made and the sampler is exactly early-stop; a row that does
-    not stop decodes its last clean prediction (reusing the decode of a check made on that same
-    prediction, at no cost). Each row reports the calls it actually used.
-    """
-
-    def __init__(self, net: CountingNetwork, sample: SampleConfig, prompt_mask: torch.Tensor, w: torch.Tensor,
-                 times: torch.Tensor, answer_key: CheckKey | None = None):
-        self.net, self.prompt_mask, self.w, self.times = net, prompt_mask, w, times
-        self.key = answer_key or _whole_answer
-        self.n, self.interval, self.patience = sample.nfe, sample.adaptive_interval, sample.adaptive_patience
-        b, length = prompt_mask.shape
-        self.active = torch.ones(b, dtype=torch.bool)
-        self.checks = torch.zeros(b, dtype=torch.long)
-        self.streak = torch.zeros(b, dtype=torch.long)
-        self.has_ref = torch.zeros(b, dtype=torch.bool)
-        self.checked_last = torch.zeros(b, dtype=torch.bool)  # the current q was decoded by a check
-        self.early = torch.zeros(b, dtype=torch.bool)
-        self.refs: list[Hashable | None] = [None] * b
-        self.last_ids = torch.full((b, length), -1, dtype=torch.long)
-        self.final_ids = torch.full((b, length), -1, dtype=torch.long)
-        self.exit_time = torch.zeros(b, dtype=torch.float64)
-
-    def _decode(self, path: Path, rows: torch.Tensor) -> torch.Tensor:
-        di = rows.to(self.prompt_mask.device)
-        reg = None if path.rq is None else path.rq[di]
-        return self.net.decode(path.q[di], self.prompt_mask[di], reg, self.w[di], rows=di).cpu()
-
-    def _retire(self, path: Path, mask: torch.Tensor) -> None:
-        """Final answer of the rows in ``mask``: their last clean prediction, decoded once."""
-        reuse = mask & self.checked_last
-        self.final_ids[reuse] = self.last_ids[reuse]
-        todo = (mask & ~self.checked_last).nonzero().squeeze(1)
-        if todo.numel():
-            self.final_ids[todo] = self._decode(path, todo)
-        done = mask.nonzero().squeeze(1)
-        at = (path.steps[done] - 1).clamp(min=0)
-        self.exit_time[done] = self.times[done.to(self.times.device), at.to(self.times.device)].cpu()
-        self.active &= ~mask
-
-    def before_step(self, path: Path, active: torch.Tensor) -> torch.Tensor:
-        affordable = active & (self.net.nfe + 2 <= self.n)
-        self._retire(path, active & ~affordable)
-        return self.active.clone()
-
-    def after_step(self, j: int, path: Path, active: torch.Tensor) -> torch.Tensor:
-        self.checked_last[active] = False
-        if (j + 1) % self.interval:
-            return self.active.clone()
-        need = checks_to_exit(self.streak, self.has_ref, self.patience)
-        due = active & (exit_cost(j, self.interval, self.checks, need) <= self.n)
-        rows = due.nonzero().squeeze(1)
-        if rows.numel():
-            ids = self._decode(path, rows)
-            for k, row in enumerate(rows.tolist()):
-                key = self.key(row, ids[k])
-                same = bool(self.has_ref[row]) and key == self.refs[row]
-                self.streak[row] = self.streak[row] + 1 if same else 0
-                self.refs[row], self.has_ref[row] = key, True
-            self.checks[rows] += 1
-            self.checked_last[rows] = True
-            self.last_ids[rows] = ids
-            stop = due & (self.streak >= self.patience)
-            self.early |= stop
-            self._retire(path, stop)
-        return self.active.clone()
-
-    def finish(self, path: Path) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Retire the rows still running; (token ids, exit times, early-exit flags)."""
-        self._retire(path, self.active.clone())
-        return self.final_ids, self.exit_time, self.early
+def decode_rows(ctx: BatchContext, x: torch.Tensor, reg: torch.Tensor | None, eos_id: int | None,
+                trim: CanvasTrim | None) -> torch.Tensor:
+    """The final decode of every row (B, L), each on its canvas; trimmed positions hold EOS."""
+    b, length = ctx.prompt_mask.shape
+    ids = torch.full((b, length), -1 if eos_id is None else eos_id, dtype=torch.long)
+    for idx, n in canvas_groups(torch.arange(b), length, trim):
+        di = idx.to(ctx.device)
+        ids[idx, :n] = ctx.net.decode(x[di, :n], ctx.prompt_mask[di, :n], None if reg is None else reg[di],
+                                      ctx.w[di], rows=di).cpu()
+    return ids
 
 
 def _prefix_times(sample: SampleConfig, seeds: list[int]) -> torch.Tensor:
@@ -326,13 +253,15 @@ def _start(reg_dim: int | None, prompt_states: torch.Tensor, prompt_mask: torch.
 @torch.no_grad()
 def run_sampler(net: Network | Student, prompt_states: torch.Tensor, prompt_mask: torch.Tensor, seeds: list[int],
                 sample: SampleConfig, flow: FlowConfig | None = None, answer_key: CheckKey | None = None,
-                record_every: int = 0, record_steps: Collection[int] = ()) -> SamplerOutput:
+                record_every: int = 0, record_steps: Collection[int] = (), eos_id: int | None = None
+                ) -> SamplerOutput:
     """Sample one batch: prompt states (B, L, d) with their mask (B, L), one seed per row.
 
     ``net`` is a :class:`Network` (a Student is wrapped in fp32 with a full argmax decode). σ and
     c_min come from ``flow`` (the checkpoint's flow config). ``answer_key`` is used by adaptive
     exit only; ``record_every`` > 0 records a :class:`Trajectory` per row (every k-th step and the
     last); ``record_steps`` records the steps j it names (and the last) instead or as well.
+    ``eos_id`` is the EOS token, which canvas trimming (``sample.trim``) needs to find answer ends.
     """
     sample.validate()
     flow = flow or FlowConfig()
@@ -343,11 +272,13 @@ def run_sampler(net: Network | Student, prompt_states: torch.Tensor, prompt_mask
         raise ValueError(f"prompt_mask has shape {tuple(prompt_mask.shape)}, expected {(b, length)}")
     if (~prompt_mask).sum(1).min() < 1:
         raise ValueError("every canvas needs at least one answer position")
+    recording = bool(record_every or record_steps)
+    if sample.trim and (eos_id is None or recording):
+        raise ValueError("canvas trimming needs eos_id and records no trajectories (they hold the whole canvas)")
     raw = as_network(net)
     prompt_states = prompt_states.float()
     noise = NoiseSource(seeds, prompt_states.device)
     w = torch.full((b,), float(sample.sc_cfg), device=prompt_states.device)
-    recording = bool(record_every or record_steps)
     recorder = TrajectoryRecorder(raw, prompt_mask, w, record_every, record_steps) if recording else None
     ctx = BatchContext(CountingNetwork(raw, b), sample, flow, prompt_states, prompt_mask, noise, w, recorder)
 
@@ -355,18 +286,20 @@ def run_sampler(net: Network | Student, prompt_states: torch.Tensor, prompt_mask
     times = spec.times(sample, list(seeds))
     path = _start(raw.reg_dim if sample.reg else None, prompt_states, prompt_mask, noise, flow.sigma)
     policy = AdaptiveExit(ctx.net, sample, prompt_mask, w, times, answer_key) if spec.adaptive else None
-    follow_path(ctx, path, times, spec.move, policy)
+    trim = CanvasTrim(ctx.net, sample, prompt_mask, w, eos_id) if sample.trim else None
+    follow_path(ctx, path, times, spec.move, policy, trim)
     if policy is not None:
         ids, exit_time, early = policy.finish(path)
     else:
         x, reg = (path.y, path.r) if spec.decodes_state else (path.q, path.rq)
-        ids = ctx.net.decode(x, prompt_mask, reg, w, rows=torch.arange(b, device=prompt_states.device)).cpu()
+        ids = decode_rows(ctx, x, reg, eos_id, trim)
         at = path.steps if spec.decodes_state else path.steps - 1
         exit_time = times.gather(1, at[:, None]).squeeze(1)
         early = torch.zeros(b, dtype=torch.bool)
     out = SamplerOutput(token_ids=ids, denoiser_calls=ctx.net.denoiser_calls.clone(),
                         decoder_calls=ctx.net.decoder_calls.clone(), steps=path.steps.clone(),
-                        exit_time=exit_time, early_exit=early)
+                        exit_time=exit_time, early_exit=early,
+                        canvas_len=torch.full((b,), length) if trim is None else trim.lengths.clone())
     if recorder is not None:
         recorder.final(torch.arange(b), out.token_ids)
         info = [{"steps": int(out.steps[k]), "exit_time": float(out.exit_time[k]),

@@ -8,8 +8,9 @@ Noise is per sample: every sample draws from its own generator, so results do no
 batch a sample is run in (sample j of a prompt uses seed ``seed + j``). Draw order of one sample
 (part of the reproducibility contract): the initial text noise for the whole canvas (L, d) — only
 answer positions are used — then the initial REG noise (d_r), then, for the re-noising rule only,
-one (L, d) text draw and one (d_r) REG draw per re-noised step. The generators live on the
-network's device; the same seed gives the same noise on the same device type.
+one (L, d) text draw (n × d once canvas trimming has cut the canvas to n) and one (d_r) REG draw
+per re-noised step. The generators live on the network's device; the same seed gives the same
+noise on the same device type.
 """
 
 from __future__ import annotations
