@@ -174,7 +174,6 @@ class CanvasTrim:
         self.streak = torch.zeros(b, dtype=torch.long)
         self.has_ref = torch.zeros(b, dtype=torch.bool)
         self.ref_end = torch.zeros(b, dtype=torch.long)
-        self.checks = torch.zeros(b, dtype=torch.long)
 
     def groups(self, rows: torch.Tensor) -> list[tuple[torch.Tensor, int]]:
         """``rows`` (sample indices, CPU) split by canvas length: (rows, n) pairs, shortest first."""
@@ -195,7 +194,6 @@ class CanvasTrim:
         same = self.has_ref[rows] & (end == self.ref_end[rows])
         self.streak[rows] = torch.where(same, self.streak[rows] + 1, 0)
         self.ref_end[rows], self.has_ref[rows] = end, True
-        self.checks[rows] += 1
         settled = rows[self.streak[rows] >= self.patience]
         self.lengths[settled] = trimmed_length(self.ref_end[settled], self.margin, self.length)
         self.trimmed[settled] = True
