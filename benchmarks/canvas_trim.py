@@ -2,7 +2,7 @@
 speed and accuracy measured together, side by side in one run.
 
     python benchmarks/canvas_trim.py runs/study-toy-level2/runs/elf-reg-long/t0/checkpoints/step-0008400 \\
-        --nfe 16 64 --seeds 0 1 --margins 8 --out benchmarks/results/canvas-trim.json
+        --nfe 16 64 --seeds 0 1 --margins 0 8 --out docs/performance/canvas-trim-accuracy.json
 
 For every checkpoint, NFE and sampling seed, the held-out problems of the checkpoint's toy level
 are sampled once per setting — untrimmed (``off``) and trimmed with each margin — in interleaved
@@ -10,13 +10,13 @@ order, ``--rounds`` times (timings are the median over rounds; answers are the s
 Reported per setting: pass@1, answers that differ from the untrimmed run's for the same sample,
 wall time and its ratio to the untrimmed run, NFE used (checks included), the canvas the final
 calls ran on, the share of samples trimmed, and answers that reached the end of their trimmed
-canvas (cut there). ``--batch-size`` 256 is the toy evaluation's batch; 1 measures latency.
+canvas (cut there). ``--batch-size`` 32 is the toy evaluation's batch on a CPU
+(:func:`~elfreg.toy.demo.eval_batch_size`); 1 measures latency.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -26,10 +26,9 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from perf.common import machine_description  # noqa: E402
+from perf.common import write_report  # noqa: E402
 
 from elfreg.config import Config  # noqa: E402
-from elfreg.provenance import code_version  # noqa: E402
 from elfreg.sampling.generate import GenerationResult, generate, load_checkpoint  # noqa: E402
 from elfreg.toy import arith  # noqa: E402
 from elfreg.toy.demo import heldout_problems  # noqa: E402
@@ -98,7 +97,7 @@ def main() -> None:
     p.add_argument("--margins", type=int, nargs="+", default=[8])
     p.add_argument("--interval", type=int, default=4, help="sample.trim_interval")
     p.add_argument("--patience", type=int, default=2, help="sample.trim_patience")
-    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--limit", type=int, default=0, help="first N held-out problems (0: all)")
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave as is)")
@@ -110,10 +109,7 @@ def main() -> None:
             for row in measure(ckpt, args.nfe, args.seeds, args.margins, args.interval, args.patience,
                                args.batch_size, args.limit, args.rounds)]
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        report = {"settings": vars(args) | {"out": str(args.out), "checkpoints": args.checkpoints},
-                  "machine": machine_description(torch.device("cpu")), "code": code_version(), "rows": rows}
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
+        write_report(args.out, vars(args) | {"out": str(args.out)}, rows)
 
 
 if __name__ == "__main__":

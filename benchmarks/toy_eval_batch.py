@@ -12,18 +12,14 @@ picks its evaluation batch (:func:`~elfreg.toy.demo.eval_batch_size`) from this 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from perf.common import machine_description  # noqa: E402
+from perf.common import write_report  # noqa: E402
 
-from elfreg.provenance import code_version  # noqa: E402
 from elfreg.sampling.generate import generate, load_checkpoint  # noqa: E402
 from elfreg.toy.demo import heldout_problems  # noqa: E402
 from elfreg.toy.registry import as_example  # noqa: E402
@@ -58,10 +54,7 @@ def main() -> None:
         print(f"batch {row['batch_size']}: {row['seconds']:.1f} s, {row['speedup_over_first']:.2f}x batch {first}, "
               f"{row['answers_differ_from_first']} of {len(prompts)} answers differ")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        report = {"settings": {**vars(args), "out": str(args.out)}, "problems": len(prompts),
-                  "machine": machine_description(torch.device("cpu")), "code": code_version(), "rows": rows}
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
+        write_report(args.out, vars(args) | {"out": str(args.out)}, rows, problems=len(prompts))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ of its repeats. Ratios are only ever taken between cases of the same interleaved
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import resource
@@ -14,9 +15,12 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
+
+from elfreg.provenance import code_version
 
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 
@@ -61,6 +65,14 @@ def machine_description(device: torch.device) -> dict[str, Any]:
     if device.type == "cuda":
         out["gpu"] = torch.cuda.get_device_name(device)
     return out
+
+
+def write_report(out: Path, settings: dict[str, Any], rows: list[dict[str, Any]], **extra: Any) -> None:
+    """A benchmark script's JSON: its settings, the CPU's description, the code that ran, its rows."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    report = {"settings": settings, **extra, "machine": machine_description(torch.device("cpu")),
+              "code": code_version(), "rows": rows}
+    out.write_text(json.dumps(report, indent=1) + "\n")
 
 
 def synchronize(device: torch.device) -> None:

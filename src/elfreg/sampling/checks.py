@@ -25,8 +25,16 @@ def _whole_answer(_row: int, ids: torch.Tensor) -> Hashable:
     return tuple(ids[ids >= 0].tolist())
 
 
+def decode_prediction(net: CountingNetwork, path: Path, rows: torch.Tensor, prompt_mask: torch.Tensor,
+                      w: torch.Tensor) -> torch.Tensor:
+    """One counted decoder call on the current clean prediction of ``rows`` (whole canvas), on the CPU."""
+    di = rows.to(prompt_mask.device)
+    reg = None if path.rq is None else path.rq[di]
+    return net.decode(path.q[di], prompt_mask[di], reg, w[di], rows=di).cpu()
+
+
 def checks_to_exit(streak: torch.Tensor, has_ref: torch.Tensor, patience: int) -> torch.Tensor:
-    """The fewest further checks (this one included) that could end the run."""
+    """The fewest further checks (this one included) that could complete a streak of ``patience``."""
     return torch.where(has_ref, patience - streak, torch.full_like(streak, patience + 1))
 
 
@@ -73,18 +81,13 @@ class AdaptiveExit:
         self.final_ids = torch.full((b, length), -1, dtype=torch.long)
         self.exit_time = torch.zeros(b, dtype=torch.float64)
 
-    def _decode(self, path: Path, rows: torch.Tensor) -> torch.Tensor:
-        di = rows.to(self.prompt_mask.device)
-        reg = None if path.rq is None else path.rq[di]
-        return self.net.decode(path.q[di], self.prompt_mask[di], reg, self.w[di], rows=di).cpu()
-
     def _retire(self, path: Path, mask: torch.Tensor) -> None:
         """Final answer of the rows in ``mask``: their last clean prediction, decoded once."""
         reuse = mask & self.checked_last
         self.final_ids[reuse] = self.last_ids[reuse]
         todo = (mask & ~self.checked_last).nonzero().squeeze(1)
         if todo.numel():
-            self.final_ids[todo] = self._decode(path, todo)
+            self.final_ids[todo] = decode_prediction(self.net, path, todo, self.prompt_mask, self.w)
         done = mask.nonzero().squeeze(1)
         at = (path.steps[done] - 1).clamp(min=0)
         self.exit_time[done] = self.times[done.to(self.times.device), at.to(self.times.device)].cpu()
@@ -103,7 +106,7 @@ class AdaptiveExit:
         due = active & (exit_cost(j, self.interval, self.checks, need) <= self.n)
         rows = due.nonzero().squeeze(1)
         if rows.numel():
-            ids = self._decode(path, rows)
+            ids = decode_prediction(self.net, path, rows, self.prompt_mask, self.w)
             for k, row in enumerate(rows.tolist()):
                 key = self.key(row, ids[k])
                 same = bool(self.has_ref[row]) and key == self.refs[row]
@@ -183,14 +186,12 @@ class CanvasTrim:
     def after_step(self, j: int, path: Path, active: torch.Tensor) -> None:
         if (j + 1) % self.interval:
             return
-        need = torch.where(self.has_ref, self.patience - self.streak, torch.full_like(self.streak, self.patience + 1))
+        need = checks_to_exit(self.streak, self.has_ref, self.patience)
         trimming_check = j + (need - 1) * self.interval  # the step after which the streak could complete
         rows = (active & ~self.trimmed & (trimming_check + 1 < self.n_steps)).nonzero().squeeze(1)
         if not rows.numel():
             return
-        di = rows.to(self.prompt_mask.device)
-        reg = None if path.rq is None else path.rq[di]
-        end = answer_end(self.net.decode(path.q[di], self.prompt_mask[di], reg, self.w[di], rows=di).cpu(), self.eos)
+        end = answer_end(decode_prediction(self.net, path, rows, self.prompt_mask, self.w), self.eos)
         same = self.has_ref[rows] & (end == self.ref_end[rows])
         self.streak[rows] = torch.where(same, self.streak[rows] + 1, 0)
         self.ref_end[rows], self.has_ref[rows] = end, True
