@@ -3,6 +3,7 @@ step, network calls and end-to-end sampling, peak memory; JSON plus a Markdown t
 
     python benchmarks/run.py --out bench-out                 # the default run (demo + ELF-REG-B shapes)
     python benchmarks/run.py --quick --out /tmp/bench        # tiny shapes, 1 repeat (CI smoke test)
+    python benchmarks/run.py --full --out bench-out          # + B calls at batch 32, B end to end at batch 16
     python benchmarks/run.py --precision bf16 --sections gemm train
     python benchmarks/run.py --precision bf16 --sections calls      # network calls and their op breakdown
 
@@ -50,18 +51,20 @@ TINY_WIDE = Shape("tiny-wide", width=64, depth=2, heads=2, repa_block=1, project
                   teacher_dim=64, vocab=512, batch=2, canvas=32, prompt=8, time_freq_dim=16)
 
 
-def plan(quick: bool) -> dict[str, Any]:
-    """Shapes, sizes and repeats of a run."""
+def plan(quick: bool, full: bool = False) -> dict[str, Any]:
+    """Shapes, sizes and repeats of a run. ``full`` adds the B shape's slowest cases on a CPU:
+    network calls at batch 32 and end-to-end sampling at batch 16 (about half an hour more on 2
+    cores)."""
     if quick:
         return {"repeats": 1, "gemm_sizes": [128, 256], "train_shapes": [TINY, TINY_WIDE],
                 "call_shapes": [(TINY, [1, 4]), (TINY_WIDE, [1])], "e2e": [(TINY, [1, 2], 1)],
                 "nfes": [4, 8], "host": ([TINY], 1, 1)}
     return {"repeats": 3, "gemm_sizes": [1024, 2048], "train_shapes": [DEMO, B],
             "host": ([DEMO, B], 3, 3),  # shapes, rounds (a process per setting each), timed steps
-            "call_shapes": [(DEMO, [1, 8, 32]), (B, [1, 8])],
+            "call_shapes": [(DEMO, [1, 8, 32]), (B, [1, 8, 32] if full else [1, 8])],
             # (shape, batches, repeats or 0 for the run's): the B shape end to end takes minutes a round
-            "e2e": [(DEMO, [1, 16], 0), (B, [1], 1)],
-            "nfes": [16, 64]}
+            "e2e": [(DEMO, [1, 16], 0), (B, [1, 16] if full else [1], 1)],
+            "nfes": [16, 64, 128]}  # 64 and 128: the paper's main settings
 
 
 def modelled_end_to_end(shape: Shape) -> dict[str, float]:
@@ -80,6 +83,8 @@ def modelled_end_to_end(shape: Shape) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny shapes, 1 repeat (under a minute)")
+    p.add_argument("--full", action="store_true",
+                   help="also the B shape's network calls at batch 32 and end-to-end sampling at batch 16")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"],
                    help="precision of the training and sampling sections (bf16: autocast); GEMM measures both")
     p.add_argument("--device", default="auto")
@@ -93,12 +98,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     precision = resolve_precision(device, args.precision)
-    cfg = plan(args.quick)
+    if args.quick and args.full:
+        p.error("--quick and --full are opposite plans; give one")
+    cfg = plan(args.quick, args.full)
     repeats = args.repeats or cfg["repeats"]
     started = time.perf_counter()
     result: dict[str, Any] = {"command": " ".join(["benchmarks/run.py", *(argv if argv is not None else sys.argv[1:])]),
                               "machine": machine_description(device), "precision": precision, "quick": args.quick,
-                              "memory": {}}
+                              "full": args.full, "memory": {}}
     # the ceilings are needed by every other section
     result["gemm"] = gemm_ceilings(cfg["gemm_sizes"], ["fp32", "bf16"], repeats, device)
     result["memory"]["gemm"] = peak_memory_bytes(device)
