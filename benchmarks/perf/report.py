@@ -57,7 +57,8 @@ def markdown(r: dict[str, Any]) -> str:
     """Machine, GEMM ceilings, training steps, network calls, end-to-end sampling and memory."""
     m = r["machine"]
     flags = ", ".join(f for f, on in m["cpu"]["flags"].items() if on) or "none"
-    lines = [f"# elfreg benchmark ({'quick' if r['quick'] else 'default'}, {r['precision']})", "",
+    kind = "quick" if r["quick"] else "full" if r.get("full") else "default"
+    lines = [f"# elfreg benchmark ({kind}, {r['precision']})", "",
              f"`{r['command']}`", "",
              f"Machine: {m['cpu']['model']} ({m['cpu']['logical_cpus']} logical CPUs; {flags}), "
              f"torch {m['torch']}, {m['threads']} threads, device {m['device']}"
