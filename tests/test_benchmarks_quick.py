@@ -84,3 +84,32 @@ def test_quick_benchmark_writes_every_section(tmp_path):
     zero_ok = ("unattributed_seconds", "page_faults_per_step", "system_seconds_per_step")
     bad = [(p, v) for p, v in numbers if not (math.isfinite(v) and (v > 0 or p.endswith(zero_ok)))]
     assert not bad, bad
+
+
+def _plan():
+    sys.path.insert(0, str(RUN.parent))
+    try:
+        import run
+    finally:
+        sys.path.remove(str(RUN.parent))
+    return run
+
+
+def test_default_and_full_plans_cover_the_measured_grid():
+    """The default run samples at the paper's main NFE settings; ``--full`` adds the B shape's
+    calls at batch 32 and its end-to-end sampling at batch 16, and nothing else changes."""
+    run = _plan()
+    default, full = run.plan(quick=False), run.plan(quick=False, full=True)
+    assert default["nfes"] == full["nfes"] == [16, 64, 128]
+    calls = {s.name: bs for s, bs in default["call_shapes"]}
+    assert calls == {"demo": [1, 8, 32], "elf-reg-b": [1, 8]}
+    assert {s.name: bs for s, bs in full["call_shapes"]} == {"demo": [1, 8, 32], "elf-reg-b": [1, 8, 32]}
+    assert {s.name: bs for s, bs, _ in default["e2e"]} == {"demo": [1, 16], "elf-reg-b": [1]}
+    assert {s.name: bs for s, bs, _ in full["e2e"]} == {"demo": [1, 16], "elf-reg-b": [1, 16]}
+    same = {k for k in default if k not in ("call_shapes", "e2e")}
+    assert all(default[k] == full[k] for k in same)
+
+
+def test_quick_and_full_together_are_refused():
+    proc = subprocess.run([sys.executable, str(RUN), "--quick", "--full"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--quick and --full are opposite plans" in proc.stderr
