@@ -13,7 +13,10 @@ The *FLOP floor* of a call is its FLOPs (:func:`perf.flops.count`: matmuls and a
 by the same run's GEMM ceiling: the time the call would take if every FLOP ran at the speed of a
 large square matmul. In bf16, a third call per batch, *denoise, autocast casts*, runs the fp32
 student under autocast as the network did before it kept a bf16 copy of its weights
-(:mod:`elfreg.model.inference`): its time over the denoise call's is what the copy saves.
+(:mod:`elfreg.model.inference`): its time over the denoise call's is what the copy saves. Where
+the network runs a batch's blocks in cache-sized chunks of samples
+(:mod:`elfreg.sampling.cache_chunks`), *denoise, one chunk* runs the same call on the whole batch
+at once: its time over the denoise call's is what the chunks save.
 
 End to end, prompt states are random (the frozen encoder is not timed, as it is not an NFE);
 the autoregressive baseline is a randomly initialised ``transformers`` ``Qwen3ForCausalLM`` with
@@ -82,6 +85,7 @@ def per_call(shape: Shape, batches: list[int], precision: str, ceiling_gflops: f
     batch runs under the profiler: ``breakdown`` (:func:`perf.breakdown.time_breakdown`)."""
     net = _student_network(shape, precision, device)
     fast = _student_network(shape, precision, device, compile=True) if compiled else None
+    whole = StudentNetwork(net.student, bf16=net.bf16, eos_id=None, cache_chunks=False)
     cases, flops = {}, {}
     for b in batches:
         x = _inputs(shape, b, device)
@@ -109,6 +113,9 @@ def per_call(shape: Shape, batches: list[int], precision: str, ceiling_gflops: f
                 x["z"][:, :n], q[:, :n], x["t"], x["w"], x["prompt_mask"][:, :n], x["reg"], None)))
         if net.bf16:
             kinds.append(("denoise, autocast casts", denoise_autocast))
+        if net.chunk_samples(x["z"]) is not None:
+            kinds.append(("denoise, one chunk", lambda x=x, q=q: whole.denoise(x["z"], q, x["t"], x["w"],
+                                                                              x["prompt_mask"], x["reg"], None)))
         if fast is not None:
             kinds.append(("denoise, compiled", lambda x=x, q=q: fast.denoise(x["z"], q, x["t"], x["w"],
                                                                             x["prompt_mask"], x["reg"], None)))

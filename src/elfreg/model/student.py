@@ -107,6 +107,7 @@ class Student(nn.Module):
         reg_self_cond: torch.Tensor | None = None,
         want_repa: bool = False,
         drop_reg: bool = False,
+        samples_per_chunk: int | None = None,
     ) -> StudentOutput:
         """One call of the network.
 
@@ -118,6 +119,9 @@ class Student(nn.Module):
             reg, reg_self_cond: (B, d_r) noisy REG state and its previous prediction (REG only).
             drop_reg: run a REG student without its REG token (the sequence is one token shorter
                 and ``reg_hat`` is None): "REG removed at inference" of Table 5.
+            samples_per_chunk: run the blocks on this many samples at a time (the prefix tokens,
+                embeddings and heads on the whole batch): the same values, in less cache
+                (:mod:`elfreg.sampling.cache_chunks`).
         """
         b, length, _ = z.shape
         if decode is None:
@@ -147,10 +151,15 @@ class Student(nn.Module):
         cos, sin = rope_tables(positions, self.cfg.width // self.cfg.heads, self.cfg.rope_base)
         repa_states = None
         recompute = self.activation_checkpointing and torch.is_grad_enabled()
-        for i, block in enumerate(self.blocks, start=1):
-            h = checkpoint(block, h, cos, sin, use_reentrant=False) if recompute else block(h, cos, sin)
-            if want_repa and i == self.cfg.repa_block:
-                repa_states = h
+        if samples_per_chunk is not None:
+            if want_repa or recompute:
+                raise ValueError("samples_per_chunk is for sampling calls: not with REPA or activation checkpointing")
+            h = torch.cat([self._body(part, cos, sin) for part in h.split(samples_per_chunk)])
+        else:
+            for i, block in enumerate(self.blocks, start=1):
+                h = checkpoint(block, h, cos, sin, use_reentrant=False) if recompute else block(h, cos, sin)
+                if want_repa and i == self.cfg.repa_block:
+                    repa_states = h
         h = self.out_norm(h)
         hidden = h[:, n_prefix:]
         x_hat = torch.where(prompt_mask[..., None], z, self.out_x(hidden).float())
@@ -164,6 +173,13 @@ class Student(nn.Module):
                 u = torch.cat([u, repa_states[:, EXTRA_TOKEN:EXTRA_TOKEN + 1]], dim=1)
             repa_out = self.projector(u).float()
         return StudentOutput(x_hat=x_hat, reg_hat=reg_hat, hidden=hidden, repa=repa_out)
+
+    def _body(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """All blocks on ``h`` (attention mixes positions within a sample only, so the blocks of
+        a chunk of samples compute what they would in the whole batch)."""
+        for block in self.blocks:
+            h = block(h, cos, sin)
+        return h
 
     def decode_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Decoder head D: width → encoder width → vocabulary logits."""
