@@ -113,7 +113,7 @@ def per_call(shape: Shape, batches: list[int], precision: str, ceiling_gflops: f
                 x["z"][:, :n], q[:, :n], x["t"], x["w"], x["prompt_mask"][:, :n], x["reg"], None)))
         if net.bf16:
             kinds.append(("denoise, autocast casts", denoise_autocast))
-        if net.chunk_samples(x["z"]) is not None:
+        if net.sample_chunks(x["z"]) is not None:
             kinds.append(("denoise, one chunk", lambda x=x, q=q: whole.denoise(x["z"], q, x["t"], x["w"],
                                                                               x["prompt_mask"], x["reg"], None)))
         if fast is not None:

@@ -7,7 +7,7 @@ import torch
 from elfreg.config import ModelConfig
 from elfreg.model.student import Student
 from elfreg.sampling import cache_chunks
-from elfreg.sampling.cache_chunks import MIN_ROWS, cpu_cache_bytes, last_level_cache_bytes, samples_per_chunk
+from elfreg.sampling.cache_chunks import MIN_ROWS, chunk_sizes, cpu_cache_bytes, last_level_cache_bytes
 from elfreg.sampling.network import StudentNetwork
 
 CFG = ModelConfig(width=32, depth=2, heads=2, repa_block=1, projector_hidden=16, time_freq_dim=16)
@@ -38,8 +38,8 @@ def test_chunks_of_samples_compute_the_whole_batch_bit_for_bit(bf16, extra_token
     decode = torch.tensor([True, False] * 4 + [True])
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         whole = student(z, q, t, w, mask, decode=decode, reg=reg)
-        for n in (1, 2, 4, 8):
-            part = student(z, q, t, w, mask, decode=decode, reg=reg, samples_per_chunk=n)
+        for sizes in ([1] * 9, [2, 2, 2, 2, 1], [4, 5], [8, 1]):
+            part = student(z, q, t, w, mask, decode=decode, reg=reg, sample_chunks=sizes)
             assert torch.equal(part.x_hat, whole.x_hat) and torch.equal(part.hidden, whole.hidden)
             if reg is not None:
                 assert torch.equal(part.reg_hat, whole.reg_hat)
@@ -48,23 +48,29 @@ def test_chunks_of_samples_compute_the_whole_batch_bit_for_bit(bf16, extra_token
 def test_chunks_are_refused_where_the_forward_needs_the_whole_body():
     student = _student()
     z, q, t, w, mask, reg = _inputs()
-    with pytest.raises(ValueError, match="samples_per_chunk"):
-        student(z, q, t, w, mask, reg=reg, want_repa=True, samples_per_chunk=2)
+    with pytest.raises(ValueError, match="sample_chunks"):
+        student(z, q, t, w, mask, reg=reg, want_repa=True, sample_chunks=[4, 5])
+    for bad in ([4, 4], [9, 0], [5, 5]):  # sizes that lose, or invent, samples
+        with pytest.raises(ValueError, match="summing to the batch"):
+            student(z, q, t, w, mask, reg=reg, sample_chunks=bad)
 
 
-def test_the_rule_fills_a_quarter_of_the_cache_in_even_chunks():
+def test_the_rule_chunks_batches_well_past_the_cache_into_even_halves_of_it():
     mib = 1 << 20
-    # ELF-REG-B in bf16: 260 rows × 2 × 2048 × 2 bytes = 2.08 MiB a sample; a quarter of 32 MiB holds 3
-    assert samples_per_chunk(32, 260, 2048, 2, 32 * mib) == 3
-    assert samples_per_chunk(8, 260, 2048, 2, 32 * mib) == 3  # 3 + 3 + 2
-    assert samples_per_chunk(3, 260, 2048, 2, 32 * mib) is None  # the batch fits
-    # in fp32 one sample would fit; a chunk still gets MIN_ROWS rows (two samples)
-    assert samples_per_chunk(8, 260, 2048, 4, 32 * mib) == 2 == -(-MIN_ROWS // 260)
-    # room for 8 of 9 samples: 5 + 4, not 8 + 1
+    # ELF-REG-B in bf16: 260 rows × 2 × 2048 × 2 bytes = 2.08 MiB a sample; batch 32 is 68 MiB,
+    # over 1.5 × 32 MiB, and half the cache holds 7 samples
+    assert chunk_sizes(32, 260, 2048, 2, 32 * mib) == [7, 7, 6, 6, 6]
+    assert chunk_sizes(16, 260, 2048, 2, 32 * mib) is None  # 34 MiB: about one cache, kept whole
+    assert chunk_sizes(8, 260, 2048, 2, 32 * mib) is None
+    # in fp32 (4.16 MiB a sample) batch 16 is chunked, 3 to a chunk, as evenly as 16 allows
+    assert chunk_sizes(16, 260, 2048, 4, 32 * mib) == [3, 3, 3, 3, 2, 2]  # not 3 × 5 + 1
+    assert chunk_sizes(8, 260, 2048, 4, 32 * mib) is None
+    # a sample too wide for half the cache: a chunk still gets MIN_ROWS rows (two samples)
+    assert -(-MIN_ROWS // 260) == 2 and chunk_sizes(8, 260, 8192, 4, 32 * mib) == [2, 2, 2, 2]
     per_sample = 1000 * 2 * 100 * 4
-    assert samples_per_chunk(9, 1000, 100, 4, 8 * per_sample * 4) == 5
-    assert samples_per_chunk(1, 260, 2048, 2, 1) is None
-    assert samples_per_chunk(32, 260, 2048, 2, None) is None
+    assert chunk_sizes(10, 1000, 100, 4, 6 * per_sample) == [3, 3, 2, 2]
+    assert chunk_sizes(1, 260, 2048, 2, 1) is None
+    assert chunk_sizes(32, 260, 2048, 2, None) is None
 
 
 def test_the_cache_size_is_read_from_sysfs_and_can_be_overridden(tmp_path, monkeypatch):
@@ -91,8 +97,8 @@ def test_the_network_chunks_a_large_batch_and_predicts_the_same(bf16, monkeypatc
     z, q, t, w, mask, reg = _inputs()
     monkeypatch.setenv("ELFREG_CPU_CACHE_BYTES", "1")  # a tiny cache: chunks of MIN_ROWS rows
     net, whole = StudentNetwork(student, bf16=bf16), StudentNetwork(student, bf16=bf16, cache_chunks=False)
-    assert net.chunk_samples(z) == 3 and whole.chunk_samples(z) is None  # 4 fit, so 3 + 3 + 3
-    assert StudentNetwork(student, compile=True).chunk_samples(z) is None
+    assert net.sample_chunks(z) == [3, 3, 3] and whole.sample_chunks(z) is None  # 4 fit: 3 + 3 + 3
+    assert StudentNetwork(student, compile=True).sample_chunks(z) is None
     bodies, body = [], Student._body
 
     def counted(self, h, cos, sin):
@@ -114,15 +120,15 @@ def test_the_rule_is_the_modules_own(monkeypatch):
     seen = []
     monkeypatch.setattr(cache_chunks, "last_level_cache_bytes", lambda: 1 << 30)
     monkeypatch.delenv("ELFREG_CPU_CACHE_BYTES", raising=False)
-    real = samples_per_chunk
+    real = chunk_sizes
 
     def spy(*args):
         seen.append(args)
         return real(*args)
 
-    monkeypatch.setattr("elfreg.sampling.network.samples_per_chunk", spy)
+    monkeypatch.setattr("elfreg.sampling.network.chunk_sizes", spy)
     z = _inputs()[0]
-    StudentNetwork(_student(), bf16=True).chunk_samples(z)
-    StudentNetwork(_student(), bf16=False).chunk_samples(z)
+    StudentNetwork(_student(), bf16=True).sample_chunks(z)
+    StudentNetwork(_student(), bf16=False).sample_chunks(z)
     hidden = _student().blocks[0].mlp.down.in_features
     assert seen == [(9, LENGTH + 4, hidden, 2, 1 << 30), (9, LENGTH + 4, hidden, 4, 1 << 30)]

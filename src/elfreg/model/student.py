@@ -107,7 +107,7 @@ class Student(nn.Module):
         reg_self_cond: torch.Tensor | None = None,
         want_repa: bool = False,
         drop_reg: bool = False,
-        samples_per_chunk: int | None = None,
+        sample_chunks: list[int] | None = None,
     ) -> StudentOutput:
         """One call of the network.
 
@@ -119,8 +119,8 @@ class Student(nn.Module):
             reg, reg_self_cond: (B, d_r) noisy REG state and its previous prediction (REG only).
             drop_reg: run a REG student without its REG token (the sequence is one token shorter
                 and ``reg_hat`` is None): "REG removed at inference" of Table 5.
-            samples_per_chunk: run the blocks on this many samples at a time (the prefix tokens,
-                embeddings and heads on the whole batch): the same values, in less cache
+            sample_chunks: run the blocks on chunks of samples of these sizes, in order (the
+                prefix tokens, embeddings and heads on the whole batch): the same values, in less cache
                 (:mod:`elfreg.sampling.cache_chunks`).
         """
         b, length, _ = z.shape
@@ -151,10 +151,12 @@ class Student(nn.Module):
         cos, sin = rope_tables(positions, self.cfg.width // self.cfg.heads, self.cfg.rope_base)
         repa_states = None
         recompute = self.activation_checkpointing and torch.is_grad_enabled()
-        if samples_per_chunk is not None:
+        if sample_chunks is not None:
             if want_repa or recompute:
-                raise ValueError("samples_per_chunk is for sampling calls: not with REPA or activation checkpointing")
-            h = torch.cat([self._body(part, cos, sin) for part in h.split(samples_per_chunk)])
+                raise ValueError("sample_chunks is for sampling calls: not with REPA or activation checkpointing")
+            if sum(sample_chunks) != b or min(sample_chunks) < 1:
+                raise ValueError(f"sample_chunks {sample_chunks} must be positive sizes summing to the batch, {b}")
+            h = torch.cat([self._body(part, cos, sin) for part in h.split(sample_chunks)])
         else:
             for i, block in enumerate(self.blocks, start=1):
                 h = checkpoint(block, h, cos, sin, use_reentrant=False) if recompute else block(h, cos, sin)

@@ -3,17 +3,18 @@
 A network call's body (the blocks) works sample by sample: attention mixes positions of one
 sample only, every other op is row-wise. Running a large batch through the blocks in chunks of
 samples therefore computes the same thing; what changes is how much of the call's intermediates
-fit in the CPU's last-level cache. At the ELF-REG-B shape on a 2-core AMD EPYC with a 32 MiB L3,
-a bf16 denoise call at batch 32 ran 1.30× faster in chunks of 8 samples and 1.28× in chunks of 4,
-1.16–1.21× at batch 16 and 1.10–1.14× at batch 8 (docs/performance.md), bit for bit the same
-predictions. The prefix tokens, the embeddings and the heads still run on the whole batch, so
-every matmul of a chunk has at least one sample's positions as rows.
+stay in the CPU's last-level cache. The prefix tokens, the embeddings and the heads still run on
+the whole batch, so every matmul of a chunk has at least one sample's positions as rows.
 
-The rule sizes a chunk so that the MLP's widest intermediate, the gate and up projections of
-every position of the chunk (positions × 2·hidden values in the compute dtype), takes at most
-a quarter of the last-level cache, and gives each chunk at least :data:`MIN_ROWS` rows (smaller
-matmuls lose more than the cache gives). On a GPU, or where the cache size is unknown, nothing
-is chunked.
+The rule looks at the MLP's widest intermediate, the gate and up projections of every position
+(positions × 2·hidden values in the compute dtype). A batch whose intermediate is more than
+:data:`SPLIT_ABOVE` times the last-level cache runs in chunks whose intermediate fills at most
+:data:`CACHE_SHARE` of it, with at least :data:`MIN_ROWS` rows (smaller matmuls lose more than
+the cache gives). Measured at the ELF-REG-B shape on a 2-core AMD EPYC with a 32 MiB L3, each
+row against the whole batch in the same interleaved rounds (docs/performance.md): bf16 batch 32
+(68 MiB) 1.24× faster in chunks of 7–8 samples, batch 8 and 16 (17 and 34 MiB) no faster in any
+chunks (0.88–1.00×); fp32 batch 16 (68 MiB) 1.21× in chunks of 3, batch 32 1.31–1.34× in chunks
+of 4–8. On a GPU, or where the cache size is unknown, nothing is chunked.
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ from pathlib import Path
 
 import torch
 
-# Fraction of the last-level cache the chunk's MLP intermediate may fill: the rest holds the
+# A batch is chunked when its MLP intermediate exceeds this many last-level caches: at about one
+# cache (B shape, bf16, batch 16) the chunks measured no faster than the whole batch.
+SPLIT_ABOVE = 1.5
+# Fraction of the last-level cache a chunk's MLP intermediate may fill: the rest holds the
 # residual stream, the norms' fp32 values and the weights streaming through.
-CACHE_SHARE = 0.25
+CACHE_SHARE = 0.5
 # Fewest rows a chunk's matmuls get: one B-shape sample (260 rows) per chunk ran an fp32 call at
 # batch 8 0.82× as fast as the whole batch, two samples 1.04× faster.
 MIN_ROWS = 512
@@ -55,21 +59,25 @@ def last_level_cache_bytes(cache_dir: Path = _CACHE_DIR) -> int | None:
     return max(sizes, default=None)
 
 
-def samples_per_chunk(batch: int, positions: int, mlp_hidden: int, element_bytes: int,
-                      cache_bytes: int | None) -> int | None:
-    """Samples per chunk for a call of ``batch`` samples of ``positions`` rows each (prefix
+def chunk_sizes(batch: int, positions: int, mlp_hidden: int, element_bytes: int,
+                cache_bytes: int | None) -> list[int] | None:
+    """Samples in each chunk for a call of ``batch`` samples of ``positions`` rows each (prefix
     tokens included), or None when the whole batch fits the rule (or ``cache_bytes`` is None).
 
-    Chunks are as even as the batch allows (a batch of 9 with room for 8 runs as 5 + 4), so the
-    last chunk is never a sliver.
+    The chunks are as even as the batch allows (a batch of 16 with room for 3 runs as
+    3, 3, 3, 3, 2, 2, not 3 × 5 + 1), so no chunk is a sliver.
     """
     if cache_bytes is None or batch < 2:
         return None
     per_sample = positions * 2 * mlp_hidden * element_bytes
+    if batch * per_sample <= SPLIT_ABOVE * cache_bytes:
+        return None
     fits = max(math.ceil(MIN_ROWS / positions), int(CACHE_SHARE * cache_bytes // per_sample))
     if fits >= batch:
         return None
-    return math.ceil(batch / math.ceil(batch / fits))
+    count = math.ceil(batch / fits)
+    size, larger = divmod(batch, count)
+    return [size + 1] * larger + [size] * (count - larger)
 
 
 def cpu_cache_bytes(device: torch.device) -> int | None:

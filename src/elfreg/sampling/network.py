@@ -24,7 +24,7 @@ float rounding): it pays at small shapes, where per-call overhead dominates, ove
 
 On a CPU a large batch runs through the Transformer blocks in chunks of samples sized to the
 last-level cache (:mod:`.cache_chunks`; ``cache_chunks=False`` runs it whole, and the compiled
-forward always does): the same predictions bit for bit, up to 1.3× faster at the B shape.
+forward always does): the same predictions bit for bit, 1.2–1.3× faster at the B shape's batch 32.
 
 NFE is counted by :class:`CountingNetwork`, which wraps the network the samplers call (spec §4).
 Definition used throughout elfreg: one forward pass of the network over a batch counts **one
@@ -45,7 +45,7 @@ import torch
 from ..device import autocast
 from ..model.inference import Bf16Copy
 from ..model.student import Student
-from .cache_chunks import cpu_cache_bytes, samples_per_chunk
+from .cache_chunks import chunk_sizes, cpu_cache_bytes
 
 # Upper bound on the number of logits held at once while decoding (positions × vocabulary).
 LOGITS_PER_CHUNK = 1 << 25
@@ -121,14 +121,14 @@ class StudentNetwork:
             self._compiled = (model, torch.compile(model))
         return self._compiled[1]
 
-    def chunk_samples(self, x: torch.Tensor) -> int | None:
-        """Samples per chunk of the blocks for a call on states ``x`` (B, L, d)
+    def sample_chunks(self, x: torch.Tensor) -> list[int] | None:
+        """The chunks of samples the blocks run on for a call on states ``x`` (B, L, d)
         (:mod:`.cache_chunks`), or None for the whole batch at once."""
         if not self.cache_chunks:
             return None
         element_bytes = 2 if self.bf16 else x.element_size()
         # at most 4 prefix tokens (t, w, mode and the REG or learned token)
-        return samples_per_chunk(x.shape[0], x.shape[1] + 4, self.student.blocks[0].mlp.down.in_features,
+        return chunk_sizes(x.shape[0], x.shape[1] + 4, self.student.blocks[0].mlp.down.in_features,
                                  element_bytes, cpu_cache_bytes(x.device))
 
     @torch.no_grad()
@@ -137,7 +137,7 @@ class StudentNetwork:
                 reg_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         with autocast(self.device, self.bf16):
             out = self._model()(z, q, t, w, prompt_mask, reg=reg, reg_self_cond=reg_q, drop_reg=reg is None,
-                                samples_per_chunk=self.chunk_samples(z))
+                                sample_chunks=self.sample_chunks(z))
         return out.x_hat.float(), None if out.reg_hat is None else out.reg_hat.float()
 
     @torch.no_grad()
@@ -153,7 +153,7 @@ class StudentNetwork:
         b = x.shape[0]
         out = model(x, torch.zeros_like(x), torch.ones(b, device=x.device), w, prompt_mask,
                     decode=torch.ones(b, dtype=torch.bool, device=x.device), reg=reg, drop_reg=reg is None,
-                    samples_per_chunk=self.chunk_samples(x))
+                    sample_chunks=self.sample_chunks(x))
         return out.hidden
 
     @torch.no_grad()

@@ -1,0 +1,89 @@
+"""Before/after of one change, measured side by side: a B-shape denoise call with its batch run
+through the blocks in chunks of samples (``elfreg.sampling.cache_chunks``) against the whole
+batch at once, for the chunk sizes the rule picks on this machine and any others given. Every
+case and a GEMM probe run in the same process on the same network, timed interleaved; each
+case's time is also given over its FLOP floor (FLOPs / the probe's GFLOP/s in the same rounds).
+
+    python benchmarks/cache_chunks_ab.py --precision bf16 --batches 8 16 32 --chunks 4 8 --repeats 5
+
+The chunked calls compute the whole batch's values bit for bit (checked here once per case and
+in ``tests/sampling/test_sampling_cache_chunks.py``); this script measures their speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import run  # noqa: E402
+from perf import sample  # noqa: E402
+from perf.common import interleaved, machine_description  # noqa: E402
+from perf.flops import count  # noqa: E402
+from perf.gemm import GemmProbe  # noqa: E402
+
+from elfreg.device import autocast  # noqa: E402
+
+
+def even_chunks(batch: int, size: int) -> list[int]:
+    """``batch`` samples in chunks of at most ``size``, as even as the batch allows."""
+    n = math.ceil(batch / size)
+    base, larger = divmod(batch, n)
+    return [base + 1] * larger + [base] * (n - larger)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
+    p.add_argument("--batches", type=int, nargs="+", default=[8, 16, 32])
+    p.add_argument("--chunks", type=int, nargs="*", default=[], help="chunk sizes to time besides the rule's")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--out", type=Path, help="write the results as JSON here")
+    args = p.parse_args()
+    device = torch.device("cpu")
+    net = sample._student_network(run.B, args.precision, device)
+    model = net._model()
+    cases, plans, flops = {}, {}, {}
+    for batch in args.batches:
+        x = sample._inputs(run.B, batch, device)
+        q = torch.randn_like(x["z"]) * 0.5  # a mid-path self-conditioning input
+        rule = net.sample_chunks(x["z"])
+        options = {"whole": None, **({"rule": rule} if rule else {})}
+        options.update({f"chunks of {n}": even_chunks(batch, n) for n in args.chunks if n < batch})
+
+        def call(chunks, x=x, q=q) -> torch.Tensor:
+            with torch.no_grad(), autocast(device, net.bf16):
+                return model(x["z"], q, x["t"], x["w"], x["prompt_mask"], reg=x["reg"], sample_chunks=chunks).x_hat
+
+        whole = call(None)
+        for name, chunks in options.items():
+            if chunks is not None and not torch.equal(call(chunks), whole):
+                raise SystemExit(f"batch {batch}, {name} {chunks}: not the whole batch's values bit for bit")
+            key = f"b{batch} {name}"
+            cases[key], plans[key] = (lambda c=chunks, f=call: f(c)), (batch, name, chunks)
+        flops[batch] = count(lambda f=call: f(None))["total"]
+    probe = GemmProbe(2048, args.precision, device)
+    seconds = interleaved({"gemm_probe": probe, **cases}, args.repeats, device)
+    gflops = probe.gflops(seconds["gemm_probe"])
+    rows = []
+    for key, (batch, name, chunks) in plans.items():
+        s, base = seconds[key], seconds[f"b{batch} whole"]
+        rows.append({"batch": batch, "case": name, "chunks": chunks, "seconds": s,
+                     "over_floor": s / (flops[batch] / (gflops * 1e9)), "speedup_over_whole": base / s})
+        print(f"batch {batch:3d}  {name:14s} {str(chunks or ''):28s} {s * 1e3:9.1f} ms  "
+              f"{rows[-1]['over_floor']:.2f}x floor  {rows[-1]['speedup_over_whole']:.3f}x the whole batch")
+    print(f"probe {gflops:.0f} GFLOP/s")
+    if args.out:
+        args.out.write_text(json.dumps({"command": " ".join(["benchmarks/cache_chunks_ab.py", *sys.argv[1:]]),
+                                        "machine": machine_description(device), "precision": args.precision,
+                                        "repeats": args.repeats, "probe_gflops": gflops, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
