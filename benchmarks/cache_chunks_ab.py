@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -29,13 +28,7 @@ from perf.flops import count  # noqa: E402
 from perf.gemm import GemmProbe  # noqa: E402
 
 from elfreg.device import autocast  # noqa: E402
-
-
-def even_chunks(batch: int, size: int) -> list[int]:
-    """``batch`` samples in chunks of at most ``size``, as even as the batch allows."""
-    n = math.ceil(batch / size)
-    base, larger = divmod(batch, n)
-    return [base + 1] * larger + [base] * (n - larger)
+from elfreg.sampling.cache_chunks import even_chunks  # noqa: E402
 
 
 def main() -> None:

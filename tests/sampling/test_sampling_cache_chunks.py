@@ -7,7 +7,7 @@ import torch
 from elfreg.config import ModelConfig
 from elfreg.model.student import Student
 from elfreg.sampling import cache_chunks
-from elfreg.sampling.cache_chunks import MIN_ROWS, chunk_sizes, cpu_cache_bytes, last_level_cache_bytes
+from elfreg.sampling.cache_chunks import MIN_ROWS, chunk_sizes, cpu_cache_bytes, even_chunks, last_level_cache_bytes
 from elfreg.sampling.network import StudentNetwork
 
 CFG = ModelConfig(width=32, depth=2, heads=2, repa_block=1, projector_hidden=16, time_freq_dim=16)
@@ -70,6 +70,7 @@ def test_the_rule_chunks_batches_well_past_the_cache_into_even_halves_of_it():
     per_sample = 1000 * 2 * 100 * 4
     assert chunk_sizes(10, 1000, 100, 4, 6 * per_sample) == [3, 3, 2, 2]
     assert chunk_sizes(1, 260, 2048, 2, 1) is None
+    assert even_chunks(10, 3) == [3, 3, 2, 2] and even_chunks(8, 8) == [8] and even_chunks(7, 2) == [2, 2, 2, 1]
     assert chunk_sizes(32, 260, 2048, 2, None) is None
 
 

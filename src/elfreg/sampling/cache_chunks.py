@@ -73,9 +73,12 @@ def chunk_sizes(batch: int, positions: int, mlp_hidden: int, element_bytes: int,
     if batch * per_sample <= SPLIT_ABOVE * cache_bytes:
         return None
     fits = max(math.ceil(MIN_ROWS / positions), int(CACHE_SHARE * cache_bytes // per_sample))
-    if fits >= batch:
-        return None
-    count = math.ceil(batch / fits)
+    return None if fits >= batch else even_chunks(batch, fits)
+
+
+def even_chunks(batch: int, most: int) -> list[int]:
+    """``batch`` samples in the fewest chunks of at most ``most``, their sizes within one."""
+    count = math.ceil(batch / most)
     size, larger = divmod(batch, count)
     return [size + 1] * larger + [size] * (count - larger)
 
