@@ -121,7 +121,7 @@ class Student(nn.Module):
                 and ``reg_hat`` is None): "REG removed at inference" of Table 5.
             sample_chunks: run the blocks on chunks of samples of these sizes, in order (the
                 prefix tokens, embeddings and heads on the whole batch): the same values, in less cache
-                (:mod:`elfreg.sampling.cache_chunks`).
+                (:mod:`elfreg.model.cache_chunks`).
         """
         b, length, _ = z.shape
         if decode is None:

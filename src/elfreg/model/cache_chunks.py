@@ -1,4 +1,4 @@
-"""How many samples a sampling call runs through the Transformer body at a time on a CPU.
+"""How many samples a sampling call runs through the student's blocks at a time on a CPU.
 
 A network call's body (the blocks) works sample by sample: attention mixes positions of one
 sample only, every other op is row-wise. Running a large batch through the blocks in chunks of
