@@ -83,6 +83,8 @@ def test_the_cache_size_is_read_from_sysfs_and_can_be_overridden(tmp_path, monke
     assert last_level_cache_bytes(tmp_path) == 32 << 20  # the instruction cache is not counted
     assert last_level_cache_bytes(tmp_path / "absent") is None
     assert cpu_cache_bytes(torch.device("cuda")) is None
+    monkeypatch.delenv("ELFREG_CPU_CACHE_BYTES", raising=False)
+    assert cpu_cache_bytes(torch.device("cpu")) == last_level_cache_bytes()  # this CPU's, read once
     monkeypatch.setenv("ELFREG_CPU_CACHE_BYTES", "1234")
     assert cpu_cache_bytes(torch.device("cpu")) == 1234
     monkeypatch.setenv("ELFREG_CPU_CACHE_BYTES", "0")
@@ -119,7 +121,7 @@ def test_the_network_chunks_a_large_batch_and_predicts_the_same(bf16, monkeypatc
 def test_the_rule_is_the_modules_own(monkeypatch):
     # the network's element size follows its compute dtype: bf16 activations are 2 bytes
     seen = []
-    monkeypatch.setattr(cache_chunks, "last_level_cache_bytes", lambda: 1 << 30)
+    monkeypatch.setattr(cache_chunks, "_this_cpu_cache_bytes", lambda: 1 << 30)
     monkeypatch.delenv("ELFREG_CPU_CACHE_BYTES", raising=False)
     real = chunk_sizes
 
