@@ -118,8 +118,8 @@ def test_the_network_chunks_a_large_batch_and_predicts_the_same(bf16, monkeypatc
     assert torch.equal(chunked[1], reference[1])
 
 
-def test_the_rule_is_the_modules_own(monkeypatch):
-    # the network's element size follows its compute dtype: bf16 activations are 2 bytes
+def test_the_network_sizes_chunks_by_its_compute_dtype(monkeypatch):
+    # bf16 activations are 2 bytes, fp32 ones 4; the rows include the 4 prefix tokens
     seen = []
     monkeypatch.setattr(cache_chunks, "_this_cpu_cache_bytes", lambda: 1 << 30)
     monkeypatch.delenv("ELFREG_CPU_CACHE_BYTES", raising=False)

@@ -10,11 +10,12 @@ The rule looks at the MLP's widest intermediate, the gate and up projections of 
 (positions × 2·hidden values in the compute dtype). A batch whose intermediate is more than
 :data:`SPLIT_ABOVE` times the last-level cache runs in chunks whose intermediate fills at most
 :data:`CACHE_SHARE` of it, with at least :data:`MIN_ROWS` rows (smaller matmuls lose more than
-the cache gives). Measured at the ELF-REG-B shape on a 2-core AMD EPYC with a 32 MiB L3, each
-row against the whole batch in the same interleaved rounds (docs/performance.md): bf16 batch 32
-(68 MiB) 1.24× faster in chunks of 7–8 samples, batch 8 and 16 (17 and 34 MiB) no faster in any
-chunks (0.88–1.00×); fp32 batch 16 (68 MiB) 1.21× in chunks of 3, batch 32 1.31–1.34× in chunks
-of 4–8. On a GPU, or where the cache size is unknown, nothing is chunked.
+the cache gives). Measured at the ELF-REG-B shape on a 2-core AMD EPYC with a 32 MiB L3 by
+``benchmarks/cache_chunks_ab.py``, each case against the whole batch in the same interleaved
+rounds (docs/performance.md): bf16 batch 32 (68 MiB) 1.33× faster in the rule's chunks of 6–7
+samples, batch 8 and 16 (17 and 34 MiB) no faster in chunks of 4 or 8 (0.97–1.00×); fp32 batch 16
+(68 MiB) 1.08× in the rule's chunks of 2–3 (1.20× in chunks of 4), batch 32 1.33×, batch 8 0.96×
+in chunks of 4. On a GPU, or where the cache size is unknown, nothing is chunked.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ SPLIT_ABOVE = 1.5
 # Fraction of the last-level cache a chunk's MLP intermediate may fill: the rest holds the
 # residual stream, the norms' fp32 values and the weights streaming through.
 CACHE_SHARE = 0.5
-# Fewest rows a chunk's matmuls get: one B-shape sample (260 rows) per chunk ran an fp32 call at
-# batch 8 0.82× as fast as the whole batch, two samples 1.04× faster.
+# Fewest rows a chunk's matmuls get: in a 3-round sweep on the machine above (not kept), one
+# B-shape sample (260 rows) per chunk ran an fp32 call at batch 8 0.82× as fast as the whole batch.
 MIN_ROWS = 512
 _CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
 

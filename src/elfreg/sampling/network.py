@@ -24,7 +24,7 @@ float rounding): it pays at small shapes, where per-call overhead dominates, ove
 
 On a CPU a large batch runs through the Transformer blocks in chunks of samples sized to the
 last-level cache (:mod:`elfreg.model.cache_chunks`; ``cache_chunks=False`` runs it whole, and the compiled
-forward always does): the same predictions bit for bit, 1.2–1.3× faster at the B shape's batch 32.
+forward always does): the same predictions bit for bit, 1.33× faster at the B shape's batch 32.
 
 NFE is counted by :class:`CountingNetwork`, which wraps the network the samplers call (spec §4).
 Definition used throughout elfreg: one forward pass of the network over a batch counts **one
@@ -129,7 +129,7 @@ class StudentNetwork:
         element_bytes = 2 if self.bf16 else x.element_size()
         # at most 4 prefix tokens (t, w, mode and the REG or learned token)
         return chunk_sizes(x.shape[0], x.shape[1] + 4, self.student.blocks[0].mlp.down.in_features,
-                                 element_bytes, cpu_cache_bytes(x.device))
+                           element_bytes, cpu_cache_bytes(x.device))
 
     @torch.no_grad()
     def denoise(self, z: torch.Tensor, q: torch.Tensor, t: torch.Tensor, w: torch.Tensor,
