@@ -7,7 +7,7 @@ case's time is also given over its FLOP floor (FLOPs / the probe's GFLOP/s in th
     python benchmarks/cache_chunks_ab.py --precision bf16 --batches 8 16 32 --chunks 4 8 --repeats 5
 
 The chunked calls compute the whole batch's values bit for bit (checked here once per case and
-in ``tests/sampling/test_model_cache_chunks.py``); this script measures their speed.
+in ``tests/model/test_model_cache_chunks.py``); this script measures their speed.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import run  # noqa: E402
 from perf import sample  # noqa: E402
-from perf.common import interleaved, machine_description  # noqa: E402
+from perf.common import machine_description  # noqa: E402
 from perf.flops import count  # noqa: E402
-from perf.gemm import GemmProbe  # noqa: E402
+from perf.gemm import timed_beside_probe  # noqa: E402
 
 from elfreg.device import autocast  # noqa: E402
 from elfreg.model.cache_chunks import even_chunks  # noqa: E402
@@ -61,9 +61,7 @@ def main() -> None:
             key = f"b{batch} {name}"
             cases[key], plans[key] = (lambda c=chunks, f=call: f(c)), (batch, name, chunks)
         flops[batch] = count(lambda f=call: f(None))["total"]
-    probe = GemmProbe(2048, args.precision, device)
-    seconds = interleaved({"gemm_probe": probe, **cases}, args.repeats, device)
-    gflops = probe.gflops(seconds["gemm_probe"])
+    seconds, gflops = timed_beside_probe(cases, args.precision, args.repeats, device)
     rows = []
     for key, (batch, name, chunks) in plans.items():
         s, base = seconds[key], seconds[f"b{batch} whole"]

@@ -49,12 +49,23 @@ def test_matmul_and_attention_are_split():
     assert flops["total"] == flops["matmul"] + flops["attention"]
 
 
-@pytest.mark.parametrize("name, group", [("aten::mm", "matmul"), ("aten::addmm", "matmul"), ("aten::bmm", "matmul"),
+@pytest.mark.parametrize("name, group", [("aten::mm", "matmul"), ("aten::addmm", "matmul"), ("aten::bmm", "attention"),
+                                         ("aten::_softmax", "attention"),
                                          ("aten::_scaled_dot_product_flash_attention_for_cpu", "attention"),
                                          ("aten::scaled_dot_product_attention", "attention"),
                                          ("aten::mul", "other"), ("aten::copy_", "other")])
 def test_group_of(name, group):
     assert group_of(name) == group
+
+
+def test_attention_in_matmuls_is_counted_as_attention():
+    from elfreg.model.blocks import softmax_attention
+
+    q, k, v = _qkv()
+    a, w = torch.randn(5, 7), torch.randn(11, 7)
+    flops = count(lambda: (F.linear(a, w), softmax_attention(q * D ** -0.5, k, v)))
+    assert flops == {"total": 2 * 5 * 7 * 11 + 4 * B * H * S * S * D, "attention": 4 * B * H * S * S * D,
+                     "matmul": 2 * 5 * 7 * 11}
 
 
 def test_time_breakdown_shares_and_floors():

@@ -5,8 +5,9 @@ A call's "× floor" (``sample.per_call``) says how far the whole call is from th
 says which ops account for the gap. One call runs under ``torch.profiler``; the self time of each
 aten op (CPU time on a CPU, kernel time on CUDA) is summed into three groups:
 
-- **matmul**: ``mm``, ``addmm``, ``bmm``, ``baddbmm`` (the kernels under ``linear``/``matmul``);
-- **attention**: the scaled-dot-product attention kernels;
+- **matmul**: ``mm``, ``addmm`` (the kernels under ``linear``);
+- **attention**: the scaled-dot-product attention kernels, or their two batched matmuls (``bmm``)
+  and softmax where a CPU bf16 call runs attention as those (:mod:`perf.flops`);
 - **other**: every other op (norms, RoPE, activations, casts, copies, indexing, reductions).
 
 A group's "× floor" is its seconds over its FLOPs (:mod:`perf.flops`) at the probe's GFLOP/s:
@@ -27,7 +28,8 @@ from torch.profiler import ProfilerActivity, profile
 from .common import synchronize
 from .flops import is_attention_op
 
-MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
+MATMUL_OPS = frozenset({"aten::mm", "aten::addmm"})
+SOFTMAX_OPS = frozenset({"aten::_softmax", "aten::softmax"})
 GROUPS = ("matmul", "attention", "other")
 
 
@@ -35,7 +37,7 @@ def group_of(op_name: str) -> str:
     """The group an aten op's self time is counted in."""
     if op_name in MATMUL_OPS:
         return "matmul"
-    return "attention" if is_attention_op(op_name) else "other"
+    return "attention" if is_attention_op(op_name) or op_name in SOFTMAX_OPS else "other"
 
 
 def time_breakdown(fn: Callable[[], Any], flops: dict[str, float], probe_gflops: float,

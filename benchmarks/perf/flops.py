@@ -7,6 +7,10 @@ CPU every attention FLOP went uncounted and every floor was too low: about 5 % o
 denoise call at canvas 256. Here the CPU kernel is counted with torch's own SDPA formulas (two
 batched matmuls forward, QKᵀ and PV; five backward), the same numbers the CUDA kernels get.
 Elementwise work (norms, activations, softmax, copies) is not counted on any device.
+
+Attention is SDPA's kernel, or, in a CPU bf16 call without gradient, two batched matmuls
+(``elfreg.model.blocks.softmax_attention``): the student's linear layers run as ``mm``/``addmm``,
+so its ``bmm`` FLOPs are attention FLOPs.
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ CPU_ATTENTION = {aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attentio
 
 
 def is_attention_op(name: str) -> bool:
-    """An attention kernel, by its op name (``aten._scaled_dot_product_…`` or ``aten::…``)."""
-    return "scaled_dot_product" in name
+    """An attention op with FLOPs, by its name as the profiler (``aten::…``) or the FLOP counter
+    (``aten.…``) gives it: an SDPA kernel or ``bmm``."""
+    return "scaled_dot_product" in name or name in ("aten::bmm", "aten.bmm", "aten.bmm.default")
 
 
 def flop_counter() -> FlopCounterMode:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 from .common import interleaved
@@ -44,3 +47,12 @@ class GemmProbe:
 
     def gflops(self, seconds: float) -> float:
         return self.flops / seconds / 1e9
+
+
+def timed_beside_probe(cases: dict[str, Callable[[], Any]], precision: str, repeats: int,
+                       device: torch.device, probe_n: int = 2048) -> tuple[dict[str, float], float]:
+    """Median seconds of each case (:func:`perf.common.interleaved`) and the GFLOP/s of a
+    :class:`GemmProbe` timed in the same rounds, the yardstick of the cases' FLOP floors."""
+    probe = GemmProbe(probe_n, precision, device)
+    seconds = interleaved({"gemm_probe": probe, **cases}, repeats, device)
+    return seconds, probe.gflops(seconds.pop("gemm_probe"))

@@ -38,7 +38,7 @@ from elfreg.sampling.network import EOS_WINDOW, top_token
 from .breakdown import time_breakdown
 from .common import autocast_for, interleaved
 from .flops import count
-from .gemm import GemmProbe
+from .gemm import timed_beside_probe
 from .train import Shape
 
 
@@ -123,9 +123,8 @@ def per_call(shape: Shape, batches: list[int], precision: str, ceiling_gflops: f
             cases[(kind, b)] = fn
             # the compiled call does the denoise call's work; counting it would trace it under hooks
             flops[(kind, b)] = flops[("denoise", b)] if kind == "denoise, compiled" else count(fn)
-    probe = GemmProbe(probe_n, precision, device)
-    seconds = interleaved({"gemm_probe": probe, **{f"{k}_{b}": fn for (k, b), fn in cases.items()}}, repeats, device)
-    probe_gflops = probe.gflops(seconds["gemm_probe"])
+    seconds, probe_gflops = timed_beside_probe({f"{k}_{b}": fn for (k, b), fn in cases.items()}, precision,
+                                               repeats, device, probe_n)
     rows = {}
     for (kind, b) in cases:
         s, f = seconds[f"{kind}_{b}"], flops[(kind, b)]["total"]

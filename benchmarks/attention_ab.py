@@ -1,0 +1,87 @@
+"""Before/after of one change, measured side by side: a B-shape bf16 denoise call with attention as
+two batched matmuls and a softmax (``elfreg.model.blocks.softmax_attention``, what such a call
+runs on a CPU) against the same call with SDPA's fused kernel (what it ran before). Both run in
+the same process on the same network, timed interleaved with a GEMM probe; each is given over its
+FLOP floor, with its attention ops' share of the call and their own time over floor (one
+profiled call, :func:`perf.breakdown.time_breakdown`), and the relative error of its x̂ against
+the fp32 call of the same student (what the bf16 scores cost in accuracy). The process keeps
+freed memory (:func:`elfreg.host_memory.keep_freed_memory`), as ``elfreg sample`` does.
+
+    python benchmarks/attention_ab.py --batches 1 8 32 --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from unittest import mock
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import run  # noqa: E402
+from perf import sample  # noqa: E402
+from perf.breakdown import time_breakdown  # noqa: E402
+from perf.common import machine_description  # noqa: E402
+from perf.flops import count  # noqa: E402
+from perf.gemm import timed_beside_probe  # noqa: E402
+
+from elfreg.host_memory import keep_freed_memory  # noqa: E402
+from elfreg.model import blocks  # noqa: E402
+from elfreg.sampling import StudentNetwork  # noqa: E402
+
+PATHS = ("matmuls", "sdpa")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--out", type=Path, help="write the results as JSON here")
+    args = p.parse_args()
+    device = torch.device("cpu")
+    kept = keep_freed_memory()
+    net = sample._student_network(run.B, "bf16", device)
+    fp32 = StudentNetwork(net.student, bf16=False, eos_id=None)
+    cases, plans = {}, {}
+    for batch in args.batches:
+        x = sample._inputs(run.B, batch, device)
+        q = torch.randn_like(x["z"]) * 0.5  # a mid-path self-conditioning input
+
+        def call(path, network=net, x=x, q=q) -> torch.Tensor:
+            # the path's switch, not the network's: the "sdpa" call is the call as it was
+            with mock.patch.object(blocks, "attention_in_matmuls", return_value=path == "matmuls"):
+                return network.denoise(x["z"], q, x["t"], x["w"], x["prompt_mask"], x["reg"], None)[0]
+
+        exact = call("sdpa", fp32).float()
+        flops = count(lambda f=call: f("matmuls"))
+        for path in PATHS:
+            fn = lambda f=call, path=path: f(path)  # noqa: E731
+            error = float((fn().float() - exact).norm() / exact.norm())
+            cases[f"b{batch} {path}"], plans[f"b{batch} {path}"] = fn, (batch, path, flops, error)
+    seconds, gflops = timed_beside_probe(cases, "bf16", args.repeats, device)
+    rows = []
+    for key, (batch, path, flops, error) in plans.items():
+        s, base = seconds[key], seconds[f"b{batch} sdpa"]
+        attention = time_breakdown(cases[key], flops, gflops, device)["attention"]
+        rows.append({"batch": batch, "attention": path, "seconds": s, "flops": flops["total"],
+                     "over_floor": s / (flops["total"] / (gflops * 1e9)), "speedup_over_sdpa": base / s,
+                     "attention_share": attention["share"], "attention_over_floor": attention["over_floor"],
+                     "relative_error_vs_fp32": error})
+        r = rows[-1]
+        print(f"batch {batch:3d}  {path:8s} {s * 1e3:9.1f} ms  {r['over_floor']:.2f}x floor  "
+              f"{r['speedup_over_sdpa']:.3f}x sdpa  attention {r['attention_share']:.1%} of ops, "
+              f"{r['attention_over_floor']:.2f}x its floor  error vs fp32 {error:.4%}")
+    print(f"probe {gflops:.0f} GFLOP/s")
+    if args.out:
+        args.out.write_text(json.dumps({"command": " ".join(["benchmarks/attention_ab.py", *sys.argv[1:]]),
+                                        "machine": machine_description(device), "precision": "bf16",
+                                        "repeats": args.repeats, "host_memory_kept": kept, "probe_gflops": gflops,
+                                        "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
