@@ -112,6 +112,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ceiling = result["gemm"]["ceiling_gflops"][precision]
     sections = set(args.sections) | ({"calls", "e2e"} if "sampling" in args.sections else set())
     compiled = not args.quick  # compiling takes minutes; the smoke run leaves it out
+    if sections & {"calls", "e2e", "train"}:
+        # as elfreg's training and sampling commands do by default (train.host_memory, --host-memory:
+        # keep); runs 1-8 timed their network calls with malloc as it was, training kept
+        result["host_memory_kept"] = keep_freed_memory()
     if sections & {"calls", "e2e"}:
         result["sampling"] = {}
     if "calls" in sections:
@@ -130,9 +134,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         shapes, rounds, steps = cfg["host"]
         result["host_memory"] = [host_memory_section(s, precision, rounds, steps) for s in shapes]
     if "train" in sections:
-        # as elfreg's training does by default (train.host_memory: keep); the sections above ran
-        # with malloc as it was
-        result["train_host_memory_kept"] = keep_freed_memory()
         result["train"] = []
         for shape in cfg["train_shapes"]:
             section = train_section(shape, precision, ceiling, repeats, device, max(cfg["gemm_sizes"]),

@@ -1,9 +1,11 @@
-"""Host memory: the ELF-REG training step with glibc malloc's own behaviour (``train.host_memory:
-release``) against ``keep`` (:func:`elfreg.host_memory.keep_freed_memory`, the default), each in a
-process of its own because the setting is process-wide and cannot be undone. Processes of the two
-settings alternate, round after round, so both see the same machine; each builds the same student
-(:class:`perf.train.StepCase`), runs untimed warm-up steps, then timed steps, and reports their
-median seconds, the page faults and system time per step, and its peak RSS.
+"""Host memory: the ELF-REG training step, or a bf16 denoise call of its student, with glibc
+malloc's own behaviour (``release``) against ``keep`` (:func:`elfreg.host_memory.keep_freed_memory`,
+the default of training and of the sampling commands), each in a process of its own because the
+setting is process-wide and cannot be undone. Processes of the two settings alternate, round
+after round, so both see the same machine; each builds the same student (:class:`perf.train.StepCase`,
+or :func:`perf.sample._student_network` for ``denoise``), runs untimed warm-up steps (calls), then
+timed ones, and reports their median seconds, the page faults and system time per step, and its
+peak RSS.
 
 Run as a script it is one such process (``--child``); :func:`host_memory_section` runs them.
 """
@@ -17,6 +19,8 @@ import resource
 import statistics
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +38,26 @@ def _peak_rss_bytes() -> float:
     return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
-def _child(shape_json: str, precision: str, setting: str, warmup: int, steps: int) -> dict[str, Any]:
+def _denoise_call(shape: Any, precision: str, batch: int) -> Callable[[], dict[str, float]]:
+    """One denoise call of the ELF-REG student at ``batch``, timed: ``{"step": seconds}``."""
+    import torch
+
+    from .sample import _inputs, _student_network
+
+    net = _student_network(shape, precision, torch.device("cpu"))
+    x = _inputs(shape, batch, torch.device("cpu"))
+    q = torch.randn_like(x["z"]) * 0.5
+
+    def call() -> dict[str, float]:
+        start = time.perf_counter()
+        net.denoise(x["z"], q, x["t"], x["w"], x["prompt_mask"], x["reg"], None)
+        return {"step": time.perf_counter() - start}
+
+    return call
+
+
+def _child(shape_json: str, precision: str, setting: str, warmup: int, steps: int,
+           batch: int | None = None) -> dict[str, Any]:
     import torch
 
     from elfreg.host_memory import keep_freed_memory
@@ -42,11 +65,13 @@ def _child(shape_json: str, precision: str, setting: str, warmup: int, steps: in
     from .train import Shape, StepCase
 
     applied = keep_freed_memory() if setting == "keep" else False
-    case = StepCase(Shape(**json.loads(shape_json)), True, precision, torch.device("cpu"))
+    shape = Shape(**json.loads(shape_json))
+    step = (StepCase(shape, True, precision, torch.device("cpu")).step if batch is None
+            else _denoise_call(shape, precision, batch))
     for _ in range(warmup):
-        case.step()
+        step()
     before = resource.getrusage(resource.RUSAGE_SELF)
-    runs = [case.step() for _ in range(steps)]
+    runs = [step() for _ in range(steps)]
     after = resource.getrusage(resource.RUSAGE_SELF)
     return {"setting": setting, "applied": applied,
             "seconds": {k: statistics.median(r[k] for r in runs) for k in runs[0]},
@@ -55,21 +80,25 @@ def _child(shape_json: str, precision: str, setting: str, warmup: int, steps: in
             "peak_rss_bytes": _peak_rss_bytes()}
 
 
-def host_memory_section(shape: Any, precision: str, rounds: int, steps: int, warmup: int = 1) -> dict[str, Any]:
+def host_memory_section(shape: Any, precision: str, rounds: int, steps: int, warmup: int = 1,
+                        denoise_batch: int | None = None) -> dict[str, Any]:
     """``rounds`` rounds of one process per setting (release, keep), each ``warmup`` + ``steps``
-    steps of the ELF-REG student at ``shape`` on the CPU; per setting the median over rounds of
-    each process's median step seconds, page faults and system seconds per step, and the largest
-    peak RSS; ``release_over_keep`` is the ratio of the median step times."""
+    steps of the ELF-REG student at ``shape`` on the CPU (denoise calls at ``denoise_batch`` where
+    given); per setting the median over rounds of each process's median step seconds, page faults
+    and system seconds per step, and the largest peak RSS; ``release_over_keep`` is the ratio of
+    the median step times."""
     shape_json = json.dumps(dataclasses.asdict(shape))
     bench_dir = Path(__file__).resolve().parent.parent
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SETTINGS}
     for _ in range(rounds):
         for setting in SETTINGS:
             cmd = [sys.executable, "-m", "perf.host_memory", "--child", "--shape", shape_json, "--precision",
-                   precision, "--setting", setting, "--warmup", str(warmup), "--steps", str(steps)]
+                   precision, "--setting", setting, "--warmup", str(warmup), "--steps", str(steps),
+                   *(["--denoise-batch", str(denoise_batch)] if denoise_batch else [])]
             done = subprocess.run(cmd, cwd=bench_dir, capture_output=True, text=True, check=True)
             runs[setting].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    out: dict[str, Any] = {"shape": shape.name, "precision": precision, "rounds": rounds, "steps": steps}
+    out: dict[str, Any] = {"shape": shape.name, "precision": precision, "rounds": rounds, "steps": steps,
+                           **({"denoise_batch": denoise_batch} if denoise_batch else {})}
     for setting, rs in runs.items():
         out[setting] = {"applied": rs[0]["applied"],
                         "step_seconds": statistics.median(r["seconds"]["step"] for r in rs),
@@ -89,8 +118,9 @@ def main() -> None:
     p.add_argument("--setting", required=True, choices=SETTINGS)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--denoise-batch", type=int, help="time denoise calls at this batch, not training steps")
     a = p.parse_args()
-    print(json.dumps(_child(a.shape, a.precision, a.setting, a.warmup, a.steps)))
+    print(json.dumps(_child(a.shape, a.precision, a.setting, a.warmup, a.steps, a.denoise_batch)))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Host memory for training on a CPU: keep freed memory for the next step instead of returning it.
+"""Host memory on a CPU: keep freed memory for the next training step or network call instead of
+returning it.
 
 A training step allocates and frees the same large tensors every step (activations, weight casts
 under autocast, gradients). glibc's malloc serves a request above its *mmap threshold* with fresh
@@ -14,11 +15,14 @@ training process does anyway (CUDA's caching allocator behaves the same way). It
 addresses tensors get, never a value: losses and weights are the same bit for bit.
 
 ``train.host_memory: keep`` (the default) applies it when a training run starts;
-``release`` leaves malloc as it is. Other C libraries than glibc are left alone.
+``release`` leaves malloc as it is. Sampling calls do the same: a B-shape denoise call at batch 16
+page-faulted up to 300,000 times (docs/performance.md); ``elfreg sample`` and ``elfreg eval``
+apply it too (``--host-memory keep``, the default). Other C libraries than glibc are left alone.
 """
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import sys
 
@@ -46,3 +50,18 @@ def keep_freed_memory() -> bool:
     if libc is None:
         return False
     return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+
+
+def add_host_memory_flag(parser: argparse.ArgumentParser) -> None:
+    """``--host-memory keep|release`` for a command whose process samples on a CPU."""
+    parser.add_argument("--host-memory", choices=("keep", "release"), default="keep",
+                        help="keep (default): malloc keeps freed memory for the next network call; "
+                             "release: malloc's own behaviour (elfreg.host_memory)")
+
+
+def apply_host_memory(setting: str) -> bool:
+    """Apply ``--host-memory``/``train.host_memory``: :func:`keep_freed_memory` for ``keep``, nothing
+    for ``release``. Returns whether malloc was changed."""
+    if setting not in ("keep", "release"):
+        raise ValueError(f"host memory setting must be 'keep' or 'release', not {setting!r}")
+    return keep_freed_memory() if setting == "keep" else False

@@ -88,3 +88,16 @@ def test_cli_reports_usage_errors(run_dir, tmp_path, capsys):
     assert "prompt 0: add 2 2" in capsys.readouterr().out
     assert main(["sample", "--checkpoint", str(run_dir), "--prompt", "x", "--nfe", "1", "--no-progress"]) == 2
     assert capsys.readouterr().err.strip() == "config error: sample.nfe: must be an integer >= 2, got 1"
+
+
+@pytest.mark.parametrize("flag, kept", [([], True), (["--host-memory", "release"], False)])
+def test_cli_keeps_freed_memory_for_its_calls_unless_told_not_to(run_dir, no_teacher, monkeypatch, capsys,
+                                                                  flag, kept):
+    from elfreg import host_memory
+
+    calls = []
+    monkeypatch.setattr(host_memory, "keep_freed_memory", lambda: calls.append(1) or True)
+    assert main(["sample", "--checkpoint", str(run_dir), "--prompt", "add 1 2", "--nfe", "3", "--no-progress",
+                 *flag]) == 0
+    assert calls == ([1] if kept else [])
+    assert capsys.readouterr().out.strip()  # the answer is still printed

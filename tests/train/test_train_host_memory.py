@@ -1,4 +1,5 @@
-"""train.host_memory: keep makes malloc reuse freed memory instead of faulting it in again."""
+"""train.host_memory / --host-memory: keep makes malloc reuse freed memory instead of faulting it in
+again; the sampling commands apply it as training does."""
 
 import subprocess
 import sys
@@ -13,9 +14,8 @@ from elfreg.host_memory import _glibc
 # go; the page faults of steps 2-4 are what each setting costs once it has warmed up.
 CHILD = textwrap.dedent("""
     import resource, sys, torch
-    from elfreg.train import loop
-    if sys.argv[1] == "keep":
-        loop.keep_freed_memory()
+    from elfreg.host_memory import apply_host_memory
+    assert apply_host_memory(sys.argv[1]) == (sys.argv[1] == "keep")
     def step():
         held = [torch.empty(16 << 10).fill_(1.0) for _ in range(2048)]
         del held
@@ -48,3 +48,27 @@ def test_keep_is_the_default_and_release_is_a_setting():
     assert Config.from_dict({"train": {"host_memory": "release"}}).train.host_memory == "release"
     with pytest.raises(ConfigError, match="host_memory"):
         Config.from_dict({"train": {"host_memory": "never"}})
+
+
+def test_an_unknown_setting_is_refused():
+    from elfreg.host_memory import apply_host_memory
+
+    with pytest.raises(ValueError, match="'keep' or 'release'"):
+        apply_host_memory("never")
+
+
+@pytest.mark.parametrize("argv, kept", [([], True), (["--host-memory", "keep"], True),
+                                        (["--host-memory", "release"], False)])
+def test_the_sampling_commands_keep_freed_memory_unless_told_not_to(monkeypatch, argv, kept):
+    from elfreg import host_memory
+    from elfreg.cli import build_parser
+    from elfreg.eval import cli as eval_cli
+
+    calls = []
+    monkeypatch.setattr(host_memory, "keep_freed_memory", lambda: calls.append(1) or True)
+    parser = build_parser()
+    assert parser.parse_args(["sample", "--checkpoint", "x", *argv]).host_memory == ("keep" if kept else "release")
+    args = parser.parse_args(["eval", "--task", "gsm8k", "--checkpoint", "/nonexistent/run", *argv])
+    monkeypatch.setattr(eval_cli, "_guarded", lambda *a, **k: 0)  # stop after the setting is applied
+    assert eval_cli.run(args) == 0
+    assert calls == ([1] if kept else [])

@@ -31,6 +31,7 @@ from typing import Any
 
 from ..config import ConfigError, EvalConfig, SampleConfig, add_config_flags, config_flag_values
 from ..device import PRECISIONS
+from ..host_memory import add_host_memory_flag, apply_host_memory
 from ..runs import FolderInUse, GracefulInterrupt
 from .outdir import EvalError, EvalStopped, held
 from .predictions import PredictionError
@@ -53,6 +54,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=PRECISIONS, default="auto")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--list-tasks", action="store_true", help="list the tasks and exit")
+    add_host_memory_flag(p)
     add_config_flags(p, EvalConfig, "evaluation settings (eval.* of a config)")
     add_config_flags(p, SampleConfig, "sampler settings (sample.*; default: the checkpoint's)")
 
@@ -99,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail(err)
     if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 and not args.checkpoint and os.environ.get("RANK", "0") != "0":
         return 0  # scoring --predictions is not sharded: rank 0 does it alone (in parallel sandboxes)
+    if args.checkpoint:
+        apply_host_memory(args.host_memory)
     if args.checkpoint and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
         # under torchrun: rank 0 evaluates, every rank generates (elfreg.eval.distributed)
         from . import generation

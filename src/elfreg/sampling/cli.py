@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..config import SampleConfig, add_config_flags, config_flag_values
 from ..device import PRECISIONS
+from ..host_memory import add_host_memory_flag, apply_host_memory
 from ..jsonl import iter_jsonl
 
 
@@ -47,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give at least one --prompt or a --prompts-file")
     overrides = config_flag_values(args, SampleConfig)
     SampleConfig().replace(**overrides)  # bad settings fail before the checkpoint is loaded
+    apply_host_memory(args.host_memory)
     models = load_checkpoint(args.checkpoint, args.device, args.precision, use_ema=not args.raw_weights)
     results = generate(models, prompts, models.config.sample.replace(**overrides), samples=args.samples,
                        seed=args.seed, batch_size=args.batch_size, compile=args.compile,
@@ -93,5 +95,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trajectory-dir", help="save one trajectory file (.safetensors) per sample here")
     p.add_argument("--record-every", type=int, default=1, help="trajectory: record every k-th step")
     p.add_argument("--no-progress", action="store_true")
+    add_host_memory_flag(p)
     add_config_flags(p, SampleConfig, "sampler settings (sample.* of the config; default: the checkpoint's)")
     p.set_defaults(func=run)

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from ..checkpoint import save_checkpoint
 from ..config import Config
-from ..host_memory import keep_freed_memory
+from ..host_memory import apply_host_memory
 from ..jsonl import append_jsonl
 from ..runs import GracefulInterrupt, locked
 from .batch import TrainingData
@@ -119,7 +119,7 @@ def train(cfg: Config, examples: TrainingData | None = None, resume: bool = True
     """Train a student as ``cfg`` says; resumes from ``train.out_dir`` when it holds a checkpoint
     (``resume=False`` refuses such a folder with ``FileExistsError``). With ``train.host_memory:
     keep`` the process's malloc keeps freed memory for reuse from here on
-    (:func:`~elfreg.host_memory.keep_freed_memory`).
+    (:func:`~elfreg.host_memory.apply_host_memory`).
 
     The run folder is locked for the whole call (a second process refuses with
     :class:`~elfreg.runs.FolderInUse`); under torchrun rank 0 holds the lock for the job (the
@@ -128,8 +128,7 @@ def train(cfg: Config, examples: TrainingData | None = None, resume: bool = True
     once. ``stop_at`` ends this invocation after that step (with a checkpoint) without changing
     the schedule, so long jobs can run in slices and resume exactly.
     """
-    if cfg.train.host_memory == "keep":
-        keep_freed_memory()
+    apply_host_memory(cfg.train.host_memory)
     with locked(cfg.train.out_dir) if env_dist().is_main else nullcontext():
         run, step = start_run(cfg, examples, resume_existing=resume)
         return train_loop(run, step, stop_at)
