@@ -6,14 +6,19 @@ FLOP floor, with its attention ops' share of the call and their own time over fl
 profiled call, :func:`perf.breakdown.time_breakdown`), and the relative error of its x̂ against
 the fp32 call of the same student (what the bf16 scores cost in accuracy). The process keeps
 freed memory (:func:`elfreg.host_memory.keep_freed_memory`), as ``elfreg sample`` does.
+``--group-mib`` adds the matmul path with groups of score matrices of other sizes than
+``blocks.SCORES_BYTES``; ``--precision fp32`` compares the two paths on the fp32 call, where
+SDPA stays.
 
-    python benchmarks/attention_ab.py --batches 1 8 32 --repeats 5
+    python benchmarks/attention_ab.py --batches 1 8 16 32 --repeats 7
+    python benchmarks/attention_ab.py --batches 16 --group-mib 0.5 8 32 --repeats 7
+    python benchmarks/attention_ab.py --precision fp32 --batches 8 --repeats 5
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import sys
 from pathlib import Path
 from unittest import mock
@@ -25,44 +30,49 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run  # noqa: E402
 from perf import sample  # noqa: E402
 from perf.breakdown import time_breakdown  # noqa: E402
-from perf.common import machine_description  # noqa: E402
+from perf.common import write_report  # noqa: E402
 from perf.flops import count  # noqa: E402
 from perf.gemm import timed_beside_probe  # noqa: E402
 
 from elfreg.host_memory import keep_freed_memory  # noqa: E402
 from elfreg.model import blocks  # noqa: E402
+from elfreg.model.blocks import softmax_attention  # noqa: E402
 from elfreg.sampling import StudentNetwork  # noqa: E402
-
-PATHS = ("matmuls", "sdpa")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
+    p.add_argument("--group-mib", type=float, nargs="*", default=[], help="more group sizes of the matmul path")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     args = p.parse_args()
     device = torch.device("cpu")
     kept = keep_freed_memory()
-    net = sample._student_network(run.B, "bf16", device)
+    net = sample._student_network(run.B, args.precision, device)
     fp32 = StudentNetwork(net.student, bf16=False, eos_id=None)
+    groups = {"matmuls": blocks.SCORES_BYTES, "sdpa": None,
+              **{f"matmuls, groups of {mib:g} MiB": int(mib * 2**20) for mib in args.group_mib}}
     cases, plans = {}, {}
     for batch in args.batches:
         x = sample._inputs(run.B, batch, device)
         q = torch.randn_like(x["z"]) * 0.5  # a mid-path self-conditioning input
 
-        def call(path, network=net, x=x, q=q) -> torch.Tensor:
+        def call(scores_bytes, network=net, x=x, q=q) -> torch.Tensor:
             # the path's switch, not the network's: the "sdpa" call is the call as it was
-            with mock.patch.object(blocks, "attention_in_matmuls", return_value=path == "matmuls"):
+            in_groups = functools.partial(softmax_attention, scores_bytes=scores_bytes)
+            with (mock.patch.object(blocks, "attention_in_matmuls", return_value=scores_bytes is not None),
+                  mock.patch.object(blocks, "softmax_attention", in_groups)):
                 return network.denoise(x["z"], q, x["t"], x["w"], x["prompt_mask"], x["reg"], None)[0]
 
-        exact = call("sdpa", fp32).float()
-        flops = count(lambda f=call: f("matmuls"))
-        for path in PATHS:
-            fn = lambda f=call, path=path: f(path)  # noqa: E731
+        exact = call(None, fp32).float()
+        flops = count(lambda f=call: f(blocks.SCORES_BYTES))
+        for path, scores_bytes in groups.items():
+            fn = lambda f=call, b=scores_bytes: f(b)  # noqa: E731
             error = float((fn().float() - exact).norm() / exact.norm())
             cases[f"b{batch} {path}"], plans[f"b{batch} {path}"] = fn, (batch, path, flops, error)
-    seconds, gflops = timed_beside_probe(cases, "bf16", args.repeats, device)
+    seconds, gflops = timed_beside_probe(cases, args.precision, args.repeats, device)
     rows = []
     for key, (batch, path, flops, error) in plans.items():
         s, base = seconds[key], seconds[f"b{batch} sdpa"]
@@ -72,15 +82,15 @@ def main() -> None:
                      "attention_share": attention["share"], "attention_over_floor": attention["over_floor"],
                      "relative_error_vs_fp32": error})
         r = rows[-1]
-        print(f"batch {batch:3d}  {path:8s} {s * 1e3:9.1f} ms  {r['over_floor']:.2f}x floor  "
+        print(f"batch {batch:3d}  {path:26s} {s * 1e3:9.1f} ms  {r['over_floor']:.2f}x floor  "
               f"{r['speedup_over_sdpa']:.3f}x sdpa  attention {r['attention_share']:.1%} of ops, "
               f"{r['attention_over_floor']:.2f}x its floor  error vs fp32 {error:.4%}")
     print(f"probe {gflops:.0f} GFLOP/s")
     if args.out:
-        args.out.write_text(json.dumps({"command": " ".join(["benchmarks/attention_ab.py", *sys.argv[1:]]),
-                                        "machine": machine_description(device), "precision": "bf16",
-                                        "repeats": args.repeats, "host_memory_kept": kept, "probe_gflops": gflops,
-                                        "rows": rows}, indent=1))
+        write_report(args.out, {"precision": args.precision, "batches": args.batches, "group_mib": args.group_mib,
+                                "repeats": args.repeats}, rows,
+                     command=" ".join(["benchmarks/attention_ab.py", *sys.argv[1:]]),
+                     host_memory_kept=kept, probe_gflops=gflops)
 
 
 if __name__ == "__main__":

@@ -11,16 +11,13 @@ system time per call, and its peak RSS.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
-
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import run  # noqa: E402
-from perf.common import machine_description  # noqa: E402
+from perf.common import write_report  # noqa: E402
 from perf.host_memory import host_memory_section  # noqa: E402
 
 
@@ -43,9 +40,9 @@ def main() -> None:
                   f"peak RSS {row['peak_rss_bytes'] / 2**30:.2f} GiB")
         print(f"batch {batch:3d}  release / keep {sec['release_over_keep']:.3f}")
     if args.out:
-        args.out.write_text(json.dumps({"command": " ".join(["benchmarks/sampling_host_memory_ab.py", *sys.argv[1:]]),
-                                        "machine": machine_description(torch.device("cpu")),
-                                        "sections": sections}, indent=1))
+        write_report(args.out, {"precision": args.precision, "batches": args.batches, "rounds": args.rounds,
+                                "calls": args.calls}, sections,
+                     command=" ".join(["benchmarks/sampling_host_memory_ab.py", *sys.argv[1:]]))
 
 
 if __name__ == "__main__":
