@@ -113,3 +113,16 @@ def test_default_and_full_plans_cover_the_measured_grid():
 def test_quick_and_full_together_are_refused():
     proc = subprocess.run([sys.executable, str(RUN), "--quick", "--full"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--quick and --full are opposite plans" in proc.stderr
+
+
+def test_host_memory_section_times_denoise_calls_in_a_process_per_setting():
+    sys.path.insert(0, str(RUN.parent))
+    import run
+    from perf.host_memory import host_memory_section
+
+    sec = host_memory_section(run.TINY, "fp32", rounds=1, steps=2, denoise_batch=3)
+    assert sec["denoise_batch"] == 3 and sec["steps"] == 2
+    assert sec["keep"]["applied"] and not sec["release"]["applied"]
+    assert set(sec["keep"]["phase_seconds"]) == {"step"}  # a call, not a training step's phases
+    assert sec["release_over_keep"] == pytest.approx(sec["release"]["step_seconds"] / sec["keep"]["step_seconds"])
+    assert all(sec[s]["step_seconds"] > 0 and sec[s]["peak_rss_bytes"] > 0 for s in ("release", "keep"))

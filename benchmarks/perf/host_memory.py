@@ -60,11 +60,11 @@ def _child(shape_json: str, precision: str, setting: str, warmup: int, steps: in
            batch: int | None = None) -> dict[str, Any]:
     import torch
 
-    from elfreg.host_memory import keep_freed_memory
+    from elfreg.host_memory import apply_host_memory
 
     from .train import Shape, StepCase
 
-    applied = keep_freed_memory() if setting == "keep" else False
+    applied = apply_host_memory(setting)
     shape = Shape(**json.loads(shape_json))
     step = (StepCase(shape, True, precision, torch.device("cpu")).step if batch is None
             else _denoise_call(shape, precision, batch))

@@ -15,9 +15,10 @@ training process does anyway (CUDA's caching allocator behaves the same way). It
 addresses tensors get, never a value: losses and weights are the same bit for bit.
 
 ``train.host_memory: keep`` (the default) applies it when a training run starts;
-``release`` leaves malloc as it is. Sampling calls do the same: a B-shape denoise call at batch 16
-page-faulted up to 300,000 times (docs/performance.md); ``elfreg sample`` and ``elfreg eval``
-apply it too (``--host-memory keep``, the default). Other C libraries than glibc are left alone.
+``release`` leaves malloc as it is. Network calls repeat the same pattern: a B-shape denoise call
+at batch 16 page-faulted 174,000 times with malloc's default and ran 1.08x slower
+(docs/performance.md), so ``elfreg sample`` and ``elfreg eval`` apply it too (``--host-memory
+keep``, the default). Other C libraries than glibc are left alone.
 """
 
 from __future__ import annotations

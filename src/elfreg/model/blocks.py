@@ -50,8 +50,8 @@ def attention_in_matmuls(x: torch.Tensor) -> bool:
     """Whether attention runs as :func:`softmax_attention` instead of SDPA's fused kernel.
 
     Only for calls without gradient on a CPU under bf16 autocast, outside ``torch.compile``: there
-    the fused CPU kernel ran a B-shape denoise call's attention 2x slower than two batched
-    matmuls and a softmax (docs/performance.md), with no AMX on that CPU. The choice depends on
+    the fused CPU kernel ran a B-shape denoise call's attention 1.7-1.9x slower than two batched
+    matmuls and a softmax (docs/performance.md, a CPU without AMX). The choice depends on
     the device, dtype and mode only, never on the CPU model or the batch, so no machine and no
     batch size changes which numbers a call computes. Training keeps SDPA, whose backward stores
     no score matrix; fp32 keeps it because there the fused kernel was the faster.
@@ -67,8 +67,8 @@ def softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """softmax(q kᵀ) v for (B, heads, S, head_dim) tensors, q already scaled by 1/√head_dim.
 
     The scores round to q's dtype before the softmax (which computes in fp32 inside); SDPA's
-    kernel keeps them in fp32. On a B-shape bf16 call that moved the output's error against fp32
-    from 0.4538 % to 0.4552 % (random weights). The (B·heads) score matrices are made in groups
+    kernel keeps them in fp32. On B-shape bf16 calls (random weights, batch 1-32) that moved the
+    output's error against fp32 from 0.4253-0.4274 % to 0.4265-0.4275 %. The (B·heads) score matrices are made in groups
     of at most ``scores_bytes``, which keeps them in the cache and never holds a long canvas's
     all at once; each matrix is computed alone, so the groups change no value.
     """
