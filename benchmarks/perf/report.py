@@ -73,7 +73,7 @@ def markdown(r: dict[str, Any]) -> str:
     for sec in r.get("train", []):
         sh = sec["shape"]
         lines += [f"## Training step: {sh['name']} (width {sh['width']} × {sh['depth']}, batch {sh['batch']} × "
-                  f"canvas {sh['canvas']}, vocab {sh['vocab']}, {sec['precision']})", "",
+                  f"canvas {sh['canvas']}, vocab {sh['vocab']}, {sec['precision']}; median of {sec['repeats']})", "",
                   "| model | params | fwd ms | bwd ms | optim ms | step ms | GFLOP fwd+bwd | GFLOP/s fwd+bwd "
                   "| of ceiling | step of ceiling | optim share |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
