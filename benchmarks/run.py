@@ -59,8 +59,8 @@ def plan(quick: bool, full: bool = False) -> dict[str, Any]:
         return {"repeats": 1, "gemm_sizes": [128, 256], "train_shapes": [(TINY, 0), (TINY_WIDE, 0)],
                 "call_shapes": [(TINY, [1, 4]), (TINY_WIDE, [1])], "e2e": [(TINY, [1, 2], 1)],
                 "nfes": [4, 8], "host": ([TINY], 1, 1)}
-    # (shape, repeats or 0 for the run's): the demo step takes 0.15-0.2 s, and a median of 3 of
-    # them moved ELF-REG / ELF by 0.15 from run to run (1.247 in run 11, 1.07-1.10 over 21 rounds)
+    # (shape, fewest repeats): the demo step takes 0.15-0.2 s, and a median of 3 of them moved
+    # ELF-REG / ELF by 0.15 from run to run (1.247 in run 11, 1.07-1.10 over 21 rounds)
     return {"repeats": 3, "gemm_sizes": [1024, 2048], "train_shapes": [(DEMO, 15), (B, 0)],
             "host": ([DEMO, B], 3, 3),  # shapes, rounds (a process per setting each), timed steps
             "call_shapes": [(DEMO, [1, 8, 32]), (B, [1, 8, 32] if full else [1, 8])],
@@ -137,11 +137,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result["host_memory"] = [host_memory_section(s, precision, rounds, steps) for s in shapes]
     if "train" in sections:
         result["train"] = []
-        for shape, n in cfg["train_shapes"]:
-            section = train_section(shape, precision, ceiling, n or repeats, device, max(cfg["gemm_sizes"]),
+        for shape, fewest in cfg["train_shapes"]:
+            n = max(fewest, repeats)
+            section = train_section(shape, precision, ceiling, n, device, max(cfg["gemm_sizes"]),
                                     frozen_cases(shape, precision, device))
             section["modelled_end_to_end"] = modelled_end_to_end(shape)
-            section["optimizer_impls"] = optimizer_section(shape, n or repeats, device)
+            section["optimizer_impls"] = optimizer_section(shape, n, device)
             result["train"].append(section)
             result["memory"][f"train_{shape.name}"] = peak_memory_bytes(device)
     if "gemm" not in sections:

@@ -107,9 +107,24 @@ def test_default_and_full_plans_cover_the_measured_grid():
     assert {s.name: bs for s, bs, _ in default["e2e"]} == {"demo": [1, 16], "elf-reg-b": [1]}
     assert {s.name: bs for s, bs, _ in full["e2e"]} == {"demo": [1, 16], "elf-reg-b": [1, 16]}
     # the demo step is short enough to time in many rounds, and needs them for a stable median
-    assert {s.name: n for s, n in default["train_shapes"]} == {"demo": 15, "elf-reg-b": 0}
+    assert {s.name: fewest for s, fewest in default["train_shapes"]} == {"demo": 15, "elf-reg-b": 0}
     same = {k for k in default if k not in ("call_shapes", "e2e")}
     assert all(default[k] == full[k] for k in same)
+
+
+def test_a_train_shape_is_timed_at_least_its_fewest_repeats(tmp_path):
+    """A shape's fewest repeats raise the run's ``--repeats`` and never lower it, for the step
+    and the optimiser timings alike (a subprocess: the run keeps freed memory process-wide)."""
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import run\n"
+        "quick = run.plan(True)\n"
+        "run.plan = lambda q, f=False: {**quick, 'train_shapes': [(run.TINY, 3), (run.TINY_WIDE, 1)]}\n"
+        "r = run.main(['--quick', '--sections', 'train', '--repeats', '2', '--out', sys.argv[2]])\n"
+        "print([(s['repeats'], s['optimizer_impls']['repeats']) for s in r['train']])\n")
+    proc = subprocess.run([sys.executable, "-c", script, str(RUN.parent), str(tmp_path)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[(3, 3), (2, 2)]"
 
 
 def test_quick_and_full_together_are_refused():
