@@ -75,7 +75,9 @@ def _one_thread():
 def torchrun(args: list[str], nproc: int = 2, timeout: float = 240, script: Path | None = None,
              env: dict[str, str] | None = None):
     """Run ``elfreg ARGS`` (or ``python SCRIPT ARGS``) under torchrun with ``nproc`` CPU ranks
-    (gloo, one thread each); returns the finished process (stdout and stderr as text)."""
+    (gloo, one thread each); returns the finished process (stdout and stderr as text). A failed
+    rank waits up to 120 s for the others to fail (ELFREG_RANK_FAILURE_GRACE_S): on a shared 2-core
+    machine a slower rank can take well over the default 10 s to reach the same failure."""
     import os
     import subprocess
     import sys
@@ -83,5 +85,5 @@ def torchrun(args: list[str], nproc: int = 2, timeout: float = 240, script: Path
     elfreg = str(Path(sys.executable).parent / "elfreg")
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
     launch += [str(script)] if script is not None else ["--no-python", elfreg]
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "ELFREG_RANK_FAILURE_GRACE_S": "120", **(env or {})}
     return subprocess.run(launch + args, capture_output=True, text=True, timeout=timeout, env=full_env)

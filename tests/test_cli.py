@@ -118,3 +118,20 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
     proc.stdout.close()
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141 and stderr == ""
+
+
+@pytest.mark.parametrize("raw, grace", [("", 10.0), ("2.5", 2.5), ("0", 0.0)])
+def test_the_rank_failure_grace_comes_from_its_variable(monkeypatch, raw, grace):
+    from elfreg.cli import GRACE_ENV, rank_failure_grace_s
+
+    monkeypatch.setenv(GRACE_ENV, raw)
+    assert rank_failure_grace_s() == grace
+
+
+@pytest.mark.parametrize("raw", ["soon", "-1", "nan"])
+def test_a_bad_rank_failure_grace_is_refused_naming_the_variable(monkeypatch, raw):
+    from elfreg.cli import GRACE_ENV, rank_failure_grace_s
+
+    monkeypatch.setenv(GRACE_ENV, raw)
+    with pytest.raises(ValueError, match=f"{GRACE_ENV}='{raw}': must be a number of seconds >= 0"):
+        rank_failure_grace_s()

@@ -1,6 +1,7 @@
 """train.host_memory / --host-memory: keep makes malloc reuse freed memory instead of faulting it in
 again; the sampling commands apply it as training does."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -34,11 +35,17 @@ def _faults(setting: str) -> int:
 
 @pytest.mark.skipif(_glibc() is None, reason="the C library is not glibc")
 def test_keep_reuses_freed_memory_where_the_default_faults_it_in_again():
-    pages_per_step = (128 << 20) // 4096
-    # glibc's default trims the freed top of its heap back to the kernel, so every step faults
-    # (a part of) its pages in again; kept, the memory is reused
-    assert _faults("release") > pages_per_step // 4
-    assert _faults("keep") < pages_per_step // 100
+    pages_per_step = (128 << 20) // os.sysconf("SC_PAGE_SIZE")
+    # The two settings side by side, alternating, two processes each. How much of a freed heap top
+    # glibc's default trims back to the kernel depends on where small allocations landed, so its
+    # faults vary from run to run (4,000-32,000 of 32,768 4 KiB pages over three steps were seen);
+    # kept, a step reuses its memory and faults in a few dozen pages. The claim is the ratio.
+    release, keep = [], []
+    for _ in range(2):
+        release.append(_faults("release"))
+        keep.append(_faults("keep"))
+    assert max(keep) < pages_per_step // 20, (release, keep)
+    assert min(release) > 8 * max(max(keep), 1), (release, keep)
 
 
 def test_keep_is_the_default_and_release_is_a_setting():
