@@ -47,7 +47,7 @@ def main() -> None:
     student = Student(preset.model, args.enc_dim, args.vocab,
                       args.teacher_dim if preset.extra_token == "reg" else None,
                       extra_token=preset.extra_token, repa=False)
-    torch.nn.init.normal_(student.out_x.weight, std=0.02)
+    torch.nn.init.normal_(student.final_layer.linear.weight, std=0.02)
     net = StudentNetwork(student.to(device), bf16)
     states = torch.randn(args.batch, args.canvas, args.enc_dim, device=device)
     mask = (torch.arange(args.canvas, device=device) < args.prompt_len).expand(args.batch, -1).clone()

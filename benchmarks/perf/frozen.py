@@ -70,5 +70,5 @@ def frozen_cases(shape: Shape, precision: str, device: torch.device) -> dict[str
     encoder = FrozenEncoder(random_lm(enc_spec, device), reads["encoder_layer"], bf16)
     teacher = FrozenTeacher(random_lm(tea_spec, device), reads["repa_layer"], reads["reg_layer"], bf16=bf16)
     canvas = synthetic_batch(shape, device).canvas
-    return {"encoder_read": _Read(lambda: encoder.encode(canvas.tokens), device),
+    return {"encoder_read": _Read(lambda: encoder.encode_canvas(canvas), device),
             "teacher_read": _Read(lambda: teacher.targets(canvas), device)}

@@ -47,8 +47,8 @@ def _student_network(shape: Shape, precision: str, device: torch.device, compile
     cfg = shape.config(reg=True)
     student = student_from_config(cfg, shape.enc_dim, shape.vocab, shape.teacher_dim).to(device)
     # a random student's x̂ head starts at zero; give it weights so calls see ordinary numbers
-    torch.nn.init.normal_(student.out_x.weight, std=0.02)
-    torch.nn.init.normal_(student.reg_out.weight, std=0.02)
+    torch.nn.init.normal_(student.final_layer.linear.weight, std=0.02)
+    torch.nn.init.normal_(student.reg_head.linear.weight, std=0.02)
     return StudentNetwork(student, bf16=precision == "bf16", eos_id=None, compile=compile)
 
 

@@ -1,3 +1,3 @@
 """ELF-REG: continuous flow-matching diffusion language models."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -52,7 +52,7 @@ from torch.distributed.checkpoint import FileSystemReader
 
 from .config import Config
 from .model.presets import student_from_config
-from .model.student import Student
+from .model.student import STUDENT_FORMAT, Student
 from .provenance import code_version
 
 KEEP_LAST = 3
@@ -350,10 +350,24 @@ class Checkpoint:
             raise CheckpointError(f"cannot read {self.path / name}: {str(err).splitlines()[0]}") from err
 
     def load_student(self, use_ema: bool = True, device: str | torch.device = "cpu") -> Student:
-        """Rebuild the student from the checkpoint's config and load (EMA) weights."""
+        """Rebuild the student from the checkpoint's config and load (EMA) weights. A checkpoint
+        of another student format (:data:`~elfreg.model.student.STUDENT_FORMAT`) or whose tensors
+        do not fit the config fails with :class:`CheckpointError` in one line."""
+        found = self.meta.get("student_format", 1)
+        if found != STUDENT_FORMAT:
+            raise CheckpointError(
+                f"{self.path} holds a student of format {found} (elfreg {'0.1' if found == 1 else '?'}), this "
+                f"elfreg reads format {STUDENT_FORMAT} (ELF's network, docs/elf.md): train it again")
         student = student_from_config(self.config, self.meta["enc_dim"], self.meta["vocab_size"],
                                       self.meta.get("teacher_dim"))
-        student.load_state_dict(self._tensors("ema.safetensors" if use_ema else "model.safetensors"))
+        state = self._tensors("ema.safetensors" if use_ema else "model.safetensors")
+        mine = {k: tuple(v.shape) for k, v in student.state_dict().items()}
+        theirs = {k: tuple(v.shape) for k, v in state.items()}
+        if mine != theirs:
+            odd = sorted(set(mine) ^ set(theirs)) or [k for k in mine if mine[k] != theirs[k]]
+            raise CheckpointError(f"{self.path}: its tensors do not fit the student its config describes "
+                                  f"({len(odd)} differ, first {odd[0]})")
+        student.load_state_dict(state)
         return student.to(device).eval()
 
     def model_state(self) -> dict[str, torch.Tensor]:

@@ -25,7 +25,8 @@ from .strict import (
 )
 
 __all__ = [  # the parsing helpers of elfreg.strict are re-exported: callers import every config name from here
-    "BENCHMARKS", "PAPER_RECIPES", "SAMPLERS", "TEMPLATES", "Config", "ConfigError", "DataConfig", "EvalConfig",
+    "BENCHMARKS", "FULL_SPAN_GRIDS", "PAPER_RECIPES", "SAMPLERS", "SAMPLING_PRESETS", "TEMPLATES", "Config",
+    "ConfigError", "DataConfig", "EvalConfig",
     "FilterConfig", "FlowConfig", "LossConfig", "ModelConfig", "SampleConfig", "SourceConfig", "TextConfig",
     "TrainConfig", "add_config_flags", "apply_override", "build_dataclass",
     "config_flag_values", "needs_teacher",
@@ -34,11 +35,15 @@ __all__ = [  # the parsing helpers of elfreg.strict are re-exported: callers imp
 
 @dataclass
 class TextConfig:
-    """Frozen text models and the canvas (spec §2)."""
+    """Frozen text models and the canvas (ELF-REG §3.1; the T5 encoder and global standardisation
+    are ELF's, docs/elf.md)."""
 
-    encoder: str = "Qwen/Qwen3-0.6B-Base"  # hub id or local folder
+    encoder: str = "Qwen/Qwen3-0.6B-Base"  # hub id or local folder: a causal LM, or a T5 encoder (ELF's)
     encoder_revision: str | None = None
-    encoder_layer: int = 20  # hidden_states index: output of the 20th block
+    encoder_layer: int = 20  # hidden_states index: output of the 20th block; -1: the model's output (T5)
+    standardize: Literal["token", "global"] = "token"  # token: each state by its own mean/std; global: ELF's
+    latent_mean: float = 0.0  # global standardisation: (h - latent_mean) / latent_std
+    latent_std: float = 1.0
     teacher: str | None = "Qwen/Qwen3-1.7B-Base"  # None: no teacher (plain ELF only)
     teacher_revision: str | None = None
     repa_layer: int = 20
@@ -52,21 +57,31 @@ class TextConfig:
 
 @dataclass
 class ModelConfig:
-    """The student Transformer (spec §2). ``mlp_hidden`` 0 means floor(8·width/3)."""
+    """The student Transformer: ELF's network (docs/elf.md) with the REPA projector and REG token
+    of ELF-REG (arXiv 2609.29102 §3). ``mlp_hidden`` 0 means floor(8·width/3), ELF's SwiGLU width
+    for its MLP ratio 4."""
 
     width: int = 768
     depth: int = 12
     heads: int = 12
     mlp_hidden: int = 0
+    vocab_size: int = 0  # the decoder's vocabulary; 0: the encoder's (ELF sizes it by its tokenizer: imports set it)
+    bottleneck: int = 128  # input path: [z ; q] -> encoder width -> bottleneck -> width (ELF's text_proj)
+    time_tokens: int = 4  # learned prefix tokens of the time t
+    cfg_tokens: int = 4  # ... of the SC-CFG scale w (0: w is not an input; imported ELF models only)
+    mode_tokens: int = 4  # ... of the decode mode (gated 1 on decode rows, 0 on denoise rows)
+    time_freq_dim: int = 256  # sinusoidal features of t and w
+    bias: bool = True  # biases of the attention and MLP projections (ELF's qkv_bias and SwiGLU)
+    dropout: float = 0.0  # on attention outputs and SwiGLU hidden states of the middle half of the blocks
     repa_block: int = 4  # 1-based: REPA aligns the output of this block
     projector_hidden: int = 2048
-    time_freq_dim: int = 256
     rope_base: float = 10000.0
 
 
 @dataclass
 class FlowConfig:
-    """Noising, time sampling, self-conditioning guidance and decode examples (spec §3)."""
+    """Noising, time sampling, self-conditioning guidance, decode examples (arXiv 2609.29102 §3,
+    Eq. 1, 7-9) and the prompt drop of ELF's recipe."""
 
     sigma: float = 2.0
     c_min: float = 0.05
@@ -79,6 +94,9 @@ class FlowConfig:
     decode_lambda_mean: float = 0.8  # logit-normal per-token mixing λ of decode inputs
     decode_lambda_std: float = 0.8
     decode_noise_scale: float = 1.0  # s in λ·x + (1-λ)·s·ε
+    # ELF's label drop: an example's prompt is dropped (zeros at its positions, and the frozen
+    # models read the answer alone) with this probability; what prompt CFG (sample.prompt_cfg) uses
+    prompt_drop: float = 0.0
 
 
 @dataclass
@@ -129,12 +147,23 @@ class TrainConfig:
     parallel: Literal["none", "ddp", "fsdp2"] = "none"
     activation_checkpointing: bool = False  # recompute each student block in the backward pass
     compile: bool = False  # torch.compile each student block
-    optimizer: Literal["adamw", "muon"] = "adamw"  # muon: Muon on block matrices, AdamW on the rest (ELF)
+    optimizer: Literal["adamw", "muon"] = "adamw"  # muon: ELF's Muon on every matrix, Nesterov-Adam on the rest
     muon_momentum: float = 0.95
     peak_tflops: float = 989.0  # per-device peak for MFU (H100/H200 dense bf16); 0 turns MFU off
 
 
 SAMPLERS = ("early-stop", "full-span", "renoise", "adaptive")
+FULL_SPAN_GRIDS = ("logit-normal", "uniform")
+# Named sampler settings, applied under any explicit flag (``--sampling NAME``). elf-cond is ELF's
+# conditional sampling (its cond_sampling_configs.yml: Euler over 64 steps of a logit-normal grid,
+# prompt CFG 2, SC-CFG 1; 65 NFE with the decode); elf-uncond is its unconditional setting with
+# the Euler update (ELF samples unconditional models with an SDE step elfreg does not have).
+SAMPLING_PRESETS: dict[str, dict[str, Any]] = {
+    "elf-cond": {"sampler": "full-span", "nfe": 65, "full_span_grid": "logit-normal", "sc_cfg": 1.0,
+                 "prompt_cfg": 2.0},
+    "elf-uncond": {"sampler": "full-span", "nfe": 65, "full_span_grid": "logit-normal", "sc_cfg": 3.0,
+                   "prompt_cfg": 1.0},
+}
 
 
 @dataclass
@@ -149,6 +178,9 @@ class SampleConfig:
         "help": "NFE budget N: N − 1 denoiser calls + 1 decode (adaptive: at most N)"})
     rho: int = field(default=8, metadata={
         "help": "master-grid ratio ρ (M = ρ·N points) of early-stop, re-noising, adaptive"})
+    full_span_grid: Literal["logit-normal", "uniform"] = field(default="logit-normal", metadata={
+        "help": "full-span's time grid: logit-normal (ELF's: 0, N−2 sorted sigmoid(N(−1.5, 0.8)) draws of "
+                "the sample's seed, 1) or uniform"})
     sc_cfg: float = field(default=3.0, metadata={
         "help": "SC-CFG scale w, a network input (GSM8K 3, code and MATH 2)"})
     prompt_cfg: float = field(default=1.0, metadata={
@@ -186,6 +218,7 @@ class SampleConfig:
             ("adaptive_interval", self.adaptive_interval >= 1, "must be >= 1"),
             ("renoise_mode", self.renoise_mode in ("both", "schedule", "renoise"),
              "must be one of both, schedule, renoise"),
+            ("full_span_grid", self.full_span_grid in FULL_SPAN_GRIDS, f"must be one of {', '.join(FULL_SPAN_GRIDS)}"),
             ("trim_interval", isinstance(self.trim_interval, int) and self.trim_interval >= 1,
              "must be an integer >= 1"),
             ("trim_patience", isinstance(self.trim_patience, int) and self.trim_patience >= 1,
@@ -280,7 +313,10 @@ class Config:
     def validate(self) -> Config:
         """Range checks that types alone cannot express; returns self."""
         checks = [
-            ("text.encoder_layer", self.text.encoder_layer >= 1, "must be >= 1"),
+            ("text.encoder_layer", self.text.encoder_layer >= 1 or self.text.encoder_layer == -1,
+             "must be >= 1, or -1 for the model's output"),
+            ("text.standardize", self.text.standardize in ("token", "global"), "must be token or global"),
+            ("text.latent_std", self.text.latent_std > 0, "must be > 0"),
             ("text.repa_shift", self.text.repa_shift in (0, 1), "must be 0 or 1"),
             ("text.canvas_len", self.text.canvas_len >= 2, "must be >= 2"),
             ("text.prompt_cap", 1 <= self.text.prompt_cap < self.text.canvas_len,
@@ -290,10 +326,18 @@ class Config:
              "width/heads must be even (RoPE)"),
             ("model.repa_block", 1 <= self.model.repa_block <= self.model.depth,
              "must be in [1, depth]"),
+            ("model.bottleneck", self.model.bottleneck >= 1, "must be >= 1"),
+            ("model.vocab_size", self.model.vocab_size >= 0, "must be >= 0 (0: the encoder's vocabulary)"),
+            ("model.time_tokens", self.model.time_tokens >= 1, "must be >= 1"),
+            ("model.cfg_tokens", self.model.cfg_tokens >= 0, "must be >= 0"),
+            ("model.mode_tokens", self.model.mode_tokens >= 0, "must be >= 0"),
+            ("model.time_freq_dim", self.model.time_freq_dim >= 2, "must be >= 2"),
+            ("model.dropout", 0 <= self.model.dropout < 1, "must be in [0, 1)"),
             ("flow.sigma", self.flow.sigma > 0, "must be > 0"),
             ("flow.c_min", 0 < self.flow.c_min < 1, "must be in (0, 1)"),
             ("flow.sc_prob", 0 <= self.flow.sc_prob <= 1, "must be in [0, 1]"),
             ("flow.decode_prob", 0 <= self.flow.decode_prob <= 1, "must be in [0, 1]"),
+            ("flow.prompt_drop", 0 <= self.flow.prompt_drop < 1, "must be in [0, 1)"),
             ("flow.w_min", 0 < self.flow.w_min <= self.flow.w_max, "must be in (0, w_max]"),
             ("train.steps", self.train.steps >= 1, "must be >= 1"),
             ("train.batch_size", self.train.batch_size >= 1, "must be >= 1"),

@@ -31,8 +31,9 @@ def models(tiny_assets):
     torch.manual_seed(0)
     mcfg = ModelConfig(width=32, depth=2, heads=2, repa_block=1, projector_hidden=16, time_freq_dim=16)
     student = Student(mcfg, frozen.encoder.width, frozen.encoder.vocab_size, teacher_dim=48, repa=False)
-    torch.nn.init.normal_(student.out_x.weight, std=0.3)  # clean predictions (and answers) depend on the noise
-    torch.nn.init.normal_(student.reg_out.weight, std=0.3)
+    # clean predictions (and answers) depend on the noise
+    torch.nn.init.normal_(student.final_layer.linear.weight, std=0.3)
+    torch.nn.init.normal_(student.reg_head.linear.weight, std=0.3)
     return SamplingModels(student.eval(), frozen, cfg, Path("random"), "fp32")
 
 

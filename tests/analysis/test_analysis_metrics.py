@@ -100,6 +100,15 @@ def test_logit_margin_and_the_decoder_head_lipschitz_constant():
     pairwise = (product[:, None, :] - product[None, :, :]).norm(dim=-1).max().item()
     assert pairwise <= lip + 1e-6  # a valid Lipschitz constant of every ℓ_a − ℓ_b
     assert tm.prop2_holds(2.0, 0.1, 0.3).item() and not tm.prop2_holds(2.0, 0.2, 0.3).item()
+    # ELF's head has a GELU between its layers: the bound holds on random pairs of inputs
+    lip_gelu = tm.gelu_head_logit_lipschitz(w_dec, w_vocab)
+    h1, h2 = torch.randn(2000, 4) * 3, torch.randn(2000, 4) * 3
+    logits = [torch.nn.functional.gelu(h @ w_dec.T, approximate="tanh") @ w_vocab.T for h in (h1, h2)]
+    diff = (logits[0][:, :, None] - logits[0][:, None, :]) - (logits[1][:, :, None] - logits[1][:, None, :])
+    assert (diff.abs().amax(dim=(1, 2)) <= lip_gelu * (h1 - h2).norm(dim=-1) + 1e-4).all()
+    x = torch.linspace(-6, 6, 100001, requires_grad=True)
+    slope = torch.autograd.grad(torch.nn.functional.gelu(x, approximate="tanh").sum(), x)[0].max().item()
+    assert slope == pytest.approx(tm.GELU_TANH_SLOPE, abs=1e-5)
     assert tm.prop2_holds(2.0, torch.tensor([0.1, 0.15]), torch.tensor([0.3, 0.3])).tolist() == [True, False]
 
 

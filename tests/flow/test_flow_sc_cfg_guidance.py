@@ -98,7 +98,8 @@ class TabularGuidedField(nn.Module):
         return torch.where(conditioned[:, None, None], cond, uncond)
 
     def forward(self, z, self_cond, t, w, prompt_mask, decode=None, reg=None, reg_self_cond=None, want_repa=False):
-        conditioned = self_cond.flatten(1).abs().sum(1) > 0
+        # self-conditioned when q is non-zero at answer positions (prompt positions hold the prompt)
+        conditioned = (self_cond * (~prompt_mask)[..., None]).flatten(1).abs().sum(1) > 0
         x_hat = self.field(z, w, conditioned)
         return SimpleNamespace(x_hat=x_hat, reg_hat=None, hidden=x_hat, repa=None)
 

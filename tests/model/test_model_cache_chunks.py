@@ -119,7 +119,8 @@ def test_the_network_chunks_a_large_batch_and_predicts_the_same(bf16, monkeypatc
 
 
 def test_the_network_sizes_chunks_by_its_compute_dtype(monkeypatch):
-    # bf16 activations are 2 bytes, fp32 ones 4; the rows include the 4 prefix tokens
+    # bf16 activations are 2 bytes, fp32 ones 4; the rows include the 13 prefix tokens (4 t, 4 w,
+    # 4 mode and the REG token)
     seen = []
     monkeypatch.setattr(cache_chunks, "_this_cpu_cache_bytes", lambda: 1 << 30)
     monkeypatch.delenv("ELFREG_CPU_CACHE_BYTES", raising=False)
@@ -134,4 +135,5 @@ def test_the_network_sizes_chunks_by_its_compute_dtype(monkeypatch):
     StudentNetwork(_student(), bf16=True).sample_chunks(z)
     StudentNetwork(_student(), bf16=False).sample_chunks(z)
     hidden = _student().blocks[0].mlp.down.in_features
-    assert seen == [(9, LENGTH + 4, hidden, 2, 1 << 30), (9, LENGTH + 4, hidden, 4, 1 << 30)]
+    assert _student().n_prefix == 13
+    assert seen == [(9, LENGTH + 13, hidden, 2, 1 << 30), (9, LENGTH + 13, hidden, 4, 1 << 30)]

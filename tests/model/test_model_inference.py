@@ -54,10 +54,12 @@ def test_the_bf16_copy_equals_autocast_bit_for_bit():
 def test_the_copy_holds_bf16_matmul_weights_and_leaves_the_student_alone():
     student = _student("learned")
     copy = Bf16Copy(student).get()
-    assert copy.in_proj.weight.dtype == torch.bfloat16 and copy.vocab_head.weight.dtype == torch.bfloat16
     assert copy.blocks[0].attn.qkv.weight.dtype == torch.bfloat16
-    # norms, embeddings and prefix tokens keep the student's precision (autocast leaves them fp32)
-    for p in (copy.out_norm.weight, copy.segment.weight, copy.mode_token, copy.learned_token):
+    assert copy.blocks[-1].mlp.down.bias.dtype == torch.bfloat16
+    # the input path, prefix tokens and heads run outside autocast (ELF's network): fp32
+    for p in (copy.self_cond_proj.weight, copy.text_up.weight, copy.vocab_head.weight, copy.dec_proj.bias,
+              copy.final_layer.norm.weight, copy.final_layer.linear.weight, copy.prefix.mode_tokens,
+              copy.prefix.time_embedder.mlp_in.weight, copy.learned_token, copy.blocks[0].attn_norm.weight):
         assert p.dtype == torch.float32
     assert all(p.dtype == torch.float32 and p.requires_grad for p in student.parameters())
     assert not any(p.requires_grad for p in copy.parameters())
@@ -83,7 +85,8 @@ def test_the_copy_follows_changes_to_the_student():
     student.load_state_dict(state)  # load_state_dict copies in place
     assert torch.equal(net.denoise(z, q, t, w, mask, reg, reg)[0],
                        _autocast_reference(student, z, q, t, w, mask, reg)[0])
-    student.out_x.weight = torch.nn.Parameter(torch.zeros_like(student.out_x.weight))  # a replaced tensor
+    head = student.final_layer.linear
+    head.weight = torch.nn.Parameter(torch.zeros_like(head.weight))  # a replaced tensor
     assert torch.equal(net.denoise(z, q, t, w, mask, reg, reg)[0],
                        _autocast_reference(student, z, q, t, w, mask, reg)[0])
 

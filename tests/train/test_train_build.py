@@ -17,7 +17,7 @@ def test_a_built_run_depends_on_its_config_alone(tiny_cfg, tmp_path):
     assert a.with_teacher and a.run_dir == tmp_path / "never"
     assert not (tmp_path / "never").exists()  # building reads and writes nothing in the run folder
     other = build_run(tiny_cfg(train={"seed": 1}), EXAMPLES)
-    assert not torch.equal(other.student.in_proj.weight, a.student.in_proj.weight)
+    assert not torch.equal(other.student.self_cond_proj.weight, a.student.self_cond_proj.weight)
     assert build_run(tiny_cfg(train={"feature_cache": True}), EXAMPLES).cache is not None
     with pytest.raises(ValueError, match="no training examples"):
         build_run(cfg, [])

@@ -11,7 +11,7 @@ from train_helpers import EXAMPLES, metrics
 from elfreg.cli import main
 from elfreg.config import Config
 from elfreg.model.presets import student_from_config
-from elfreg.train.cost import N_PREFIX, flops_per_token, frozen_shapes
+from elfreg.train.cost import flops_per_token, frozen_shapes, prefix_tokens
 from elfreg.train.loop import train
 from elfreg.train.plan import make_plan
 
@@ -26,9 +26,11 @@ def test_the_student_flops_follow_its_weights():
     with torch.device("meta"):
         student = student_from_config(cfg, encoder.width, encoder.vocab, teacher.width)
     matrices = sum(p.numel() for p in student.blocks.parameters() if p.dim() == 2)
-    io = student.in_proj.weight.numel() + student.out_x.weight.numel()
+    io = sum(layer.weight.numel() for layer in (student.self_cond_proj, student.text_down, student.text_up,
+                                                student.final_layer.linear))
     projector = sum(m.weight.numel() for m in student.projector if hasattr(m, "weight"))
-    attention = cfg.model.depth * 4 * (cfg.text.canvas_len + N_PREFIX) * cfg.model.width
+    assert prefix_tokens(cfg) == student.n_prefix == 13  # 4 t, 4 w, 4 mode tokens and the REG token
+    attention = cfg.model.depth * 4 * (cfg.text.canvas_len + student.n_prefix) * cfg.model.width
     flops = flops_per_token(cfg, encoder, teacher)
     assert flops["student_fwd_bwd"] == pytest.approx(3 * (2 * (matrices + io + projector) + attention))
     head = 2 * (student.dec_proj.weight.numel() + student.vocab_head.weight.numel())
@@ -47,11 +49,12 @@ def test_a_plan_scales_with_gpus_and_shards_memory_under_fsdp2():
     assert eight.step_seconds == pytest.approx(one.step_seconds / 8)
     assert eight.gpu_hours == pytest.approx(one.gpu_hours)
     assert eight.memory["weights"] == one.memory["weights"]  # ddp-like: replicated
-    sharded = make_plan(Config.load(REG_B, ["train.parallel=fsdp2", "text.shard_frozen=true"]), 8, 989, 0.35)
+    sharded = make_plan(Config.load(REG_B, ["train.parallel=fsdp2", "text.shard_frozen=true", "train.optimizer=adamw"]),
+                        8, 989, 0.35)
     assert sharded.memory["weights"] == pytest.approx(one.memory["weights"] / 8)
     assert sharded.memory["frozen_models"] == pytest.approx(one.memory["frozen_models"] / 8)
     epochs = make_plan(cfg, 8, 989, 0.35, examples=2_404_028, epochs=12)
-    assert epochs.steps == -(-12 * 2_404_028 // 64) and epochs.tokens_per_epoch == 2_404_028 * 1024
+    assert epochs.steps == -(-12 * 2_404_028 // 512) and epochs.tokens_per_epoch == 2_404_028 * 1024
     with pytest.raises(ValueError, match="--examples"):
         make_plan(cfg, 8, 989, 0.35, epochs=12)
 

@@ -90,7 +90,7 @@ def master_sample(sample: SampleConfig, master: int) -> SampleConfig:
 def _prompt_states(models: SamplingModels, prompts: list[str], device: torch.device
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     canvas = models.frozen.canvas.build(prompts)
-    return models.frozen.encoder.encode(canvas.tokens).to(device).float(), canvas.prompt_mask.to(device)
+    return models.frozen.encoder.encode_canvas(canvas).to(device).float(), canvas.prompt_mask.to(device)
 
 
 def decoder_stability(net: StudentNetwork, states: torch.Tensor, mask: torch.Tensor, tr: Trajectory,
@@ -178,7 +178,8 @@ def measure_batch(models: SamplingModels, prompts: list[str], seed: int, plan: P
                        record_steps=[n - 2 for n in plan.observe], **common)
     uniforms: list[GenerationResult | None] = [None] * len(prompts)
     if plan.uniform:
-        uniforms = generate(models, prompts, sample.replace(sampler="full-span", nfe=plan.uniform),
+        uniforms = generate(models, prompts, sample.replace(sampler="full-span", nfe=plan.uniform,
+                                                            full_span_grid="uniform"),
                             record_every=1, **common)
     tokenizer, eos, c_min = models.frozen.tokenizer, models.frozen.tokenizer.eos_token_id, models.config.flow.c_min
     device = next(models.student.parameters()).device
@@ -197,7 +198,7 @@ def measure_batch(models: SamplingModels, prompts: list[str], seed: int, plan: P
 
 
 def head_lipschitz(models: SamplingModels) -> float:
-    """L of Prop. 2 for the decoder head (``dec_proj`` then ``vocab_head``): √2·σ_max of its
-    linear map (:func:`~.trajectory_metrics.pairwise_logit_lipschitz`)."""
+    """L of Prop. 2 for the decoder head (``dec_proj``, GELU, ``vocab_head``):
+    :func:`~.trajectory_metrics.gelu_head_logit_lipschitz`."""
     student = models.student
-    return tm.pairwise_logit_lipschitz([student.dec_proj.weight, student.vocab_head.weight])
+    return tm.gelu_head_logit_lipschitz(student.dec_proj.weight, student.vocab_head.weight)

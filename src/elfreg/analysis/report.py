@@ -57,9 +57,10 @@ def prop2_summary(rows: list[dict[str, Any]], plan: Plan, lipschitz: float) -> d
     exact = [r["nfe"][str(n)]["exact"] for r, n in points]
     return {
         "lipschitz": lipschitz,
-        "lipschitz_estimate": "sqrt(2) * spectral norm of the decoder head's linear map (dec_proj then vocab_head): "
-                              "a Lipschitz constant of every pairwise logit difference as a function of the "
-                              "head's input h, not of the whole decoder (its Transformer is not bounded)",
+        "lipschitz_estimate": "sqrt(2) * spectral norm of vocab_head * 1.129 (GELU's largest slope) * spectral "
+                              "norm of dec_proj: a Lipschitz constant of every pairwise logit difference as a "
+                              "function of the head's input h, not of the whole decoder (its Transformer is not "
+                              "bounded)",
         "error": "max over the endpoint's answer positions and first EOS of ||h_i(d_{N-2}) - h_i(d_{M-2})||, "
                  "h the decode-mode hidden state read by the head",
         "margin": "min over the same positions of the endpoint's winning logit minus its best competitor",

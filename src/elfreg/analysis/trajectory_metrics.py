@@ -26,6 +26,7 @@ __all__ = [
     "answer_span",
     "endpoint_error_norm",
     "exact_agreement",
+    "gelu_head_logit_lipschitz",
     "joint_acceleration",
     "logit_margin",
     "pairwise_logit_lipschitz",
@@ -183,6 +184,18 @@ def pairwise_logit_lipschitz(matrices: Sequence[torch.Tensor]) -> float:
         w = w.detach().double()
         gram = w.T @ gram @ w
     return math.sqrt(2.0) * math.sqrt(max(float(torch.linalg.eigvalsh(gram).max()), 0.0))
+
+
+# The largest slope of the tanh-approximated GELU, max_x d/dx gelu_tanh(x) (reached near x = 1.4185):
+# a Lipschitz constant of the activation between the decoder head's two layers.
+GELU_TANH_SLOPE = 1.1289931
+
+
+def gelu_head_logit_lipschitz(w_in: torch.Tensor, w_out: torch.Tensor) -> float:
+    """A Lipschitz constant L of every pairwise logit difference of the head
+    h ↦ W_out·gelu_tanh(W_in·h + b_in) + b_out (the decoder D of ELF's network):
+    L = √2·σ_max(W_out)·max|gelu'|·σ_max(W_in). Weights are out × in, as in ``nn.Linear``."""
+    return pairwise_logit_lipschitz([w_out]) * GELU_TANH_SLOPE * pairwise_logit_lipschitz([w_in]) / math.sqrt(2.0)
 
 
 def prop2_holds(lipschitz: float, error: torch.Tensor | float, margin: torch.Tensor | float) -> torch.Tensor:

@@ -1,8 +1,10 @@
 """The ELF-REG training objective for one batch: L = L_ELF + 0.5·L_REPA + 0.1·L_REG (spec §3).
 
 Per batch row: one t ~ sigmoid(N(−1.5, 0.8)); with probability 0.2 a decode example (t = 1,
-q = 0, perturbed clean input, token cross-entropy); otherwise a denoise example whose
-self-conditioning bit b ~ Bernoulli(0.5) and guidance scale w shape the target of Eq. 7–8.
+q = 0, the clean states perturbed at every position, the prompt's included, as in ELF's code;
+token cross-entropy); otherwise a denoise example (the prompt clean, and clean in the
+self-conditioning input too) whose self-conditioning bit b ~ Bernoulli(0.5) and guidance scale w
+shape the target of Eq. 7–8.
 
 The two auxiliary predictions of Eq. 8 run without gradient, only on the rows with b = 1, each
 at its row's sampled w, as in ELF's training step. That choice is what makes the learned field a
@@ -154,10 +156,12 @@ def elf_reg_loss(student: Student, batch: TrainBatch, flow: FlowConfig, loss: Lo
     w = sample_guidance_scale(bsz, flow.w_min, flow.w_max, generator).to(dev)
     lam = sample_logit_normal(x.shape[:2], flow.decode_lambda_mean, flow.decode_lambda_std, generator).to(dev)
 
-    z = add_noise(x, t, flow.sigma, _randn_like(x, generator))
+    # denoise rows: Eq. 1 with the prompt kept clean; decode rows: the perturbed clean states at
+    # every position, the prompt's included (ELF's decoder input), at t = 1
+    z = torch.where(prompt[..., None], x, add_noise(x, t, flow.sigma, _randn_like(x, generator)))
     z = torch.where(decode[:, None, None], perturb_for_decoding(x, lam, flow.decode_noise_scale,
                                                                 _randn_like(x, generator)), z)
-    z = torch.where(prompt[..., None], x, z)  # prompt states stay clean
+    t_in = torch.where(decode, torch.ones_like(t), t)
 
     r = r_in = None
     if use_reg:
@@ -176,8 +180,9 @@ def elf_reg_loss(student: Student, batch: TrainBatch, flow: FlowConfig, loss: Lo
 
     # Auxiliary predictions of Eq. 8 (no gradient, rows with b = 1, at each row's own w). When
     # another rank has such rows and this one none, the passes run on no rows: sharded weights
-    # are gathered by every rank together.
-    sc = torch.zeros_like(x)
+    # are gathered by every rank together. The self-conditioning input holds the clean prompt at
+    # prompt positions on denoise rows (ELF's restore_cond) and is zero on decode rows.
+    sc = torch.where(prompt[..., None] & ~decode[:, None, None], x, torch.zeros_like(x))
     reg_sc = torch.zeros_like(r) if use_reg else None
     v_sc = v_nosc = torch.zeros_like(x)
     rv_sc = rv_nosc = torch.zeros_like(r) if use_reg else None
@@ -186,7 +191,7 @@ def elf_reg_loss(student: Student, batch: TrainBatch, flow: FlowConfig, loss: Lo
         with torch.no_grad():
             zr, tr, wr, pr = z[rows], t[rows], w[rows], prompt[rows]
             rr = r_in[rows] if use_reg else None
-            nosc = student(zr, torch.zeros_like(zr), tr, wr, pr, reg=rr)
+            nosc = student(zr, sc[rows], tr, wr, pr, reg=rr)
             with_sc = student(zr, nosc.x_hat, tr, wr, pr, reg=rr, reg_self_cond=nosc.reg_hat)
             sc = sc.index_copy(0, rows, nosc.x_hat.float())
             v_nosc = v_nosc.index_copy(0, rows, velocity(nosc.x_hat.float(), zr, tr, flow.c_min))
@@ -196,7 +201,7 @@ def elf_reg_loss(student: Student, batch: TrainBatch, flow: FlowConfig, loss: Lo
                 rv_nosc = rv_nosc.index_copy(0, rows, velocity(nosc.reg_hat, rr, tr, flow.c_min))
                 rv_sc = rv_sc.index_copy(0, rows, velocity(with_sc.reg_hat, rr, tr, flow.c_min))
 
-    out = student(z, sc, t, w, prompt, decode=decode, reg=r_in, reg_self_cond=reg_sc, want_repa=loss.repa)
+    out = student(z, sc, t_in, w, prompt, decode=decode, reg=r_in, reg_self_cond=reg_sc, want_repa=loss.repa)
 
     v_target = sc_cfg_target(x, z, t, b, w, v_sc, v_nosc, flow.c_min)
     per_pos = velocity_sq_error(out.x_hat, z, t, v_target, flow.c_min)

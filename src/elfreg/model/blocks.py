@@ -1,8 +1,17 @@
-"""Transformer parts of the student: RMSNorm, RoPE, qk-normed attention, SwiGLU (ELF conventions)."""
+"""Transformer parts of the student, as ELF's ``modules/layers.py`` has them: RMSNorm, RoPE,
+qk-normed attention with a qkv bias, SwiGLU, and the pre-norm block.
+
+Two storage choices differ from ELF's code and change no value: RoPE rotates the halves of each
+head (dimension i with i + head_dim/2) where ELF rotates adjacent pairs (2i with 2i + 1), so an
+imported checkpoint has the rows of its q and k projections (and q/k-norm weights) permuted to
+match (:func:`elfreg.interop.elf_import`); and attention in CPU bf16 calls without gradient runs as
+two matmuls (:func:`softmax_attention`). Dropout, when set, acts on the attention output and the
+SwiGLU hidden state (ELF's ``proj_drop``) in training calls that take gradients; the auxiliary
+predictions of Eq. 8 run without gradient and so without dropout, as ELF runs them
+(``deterministic=True``).
+"""
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
@@ -83,14 +92,22 @@ def softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return out.view(b, h, s, -1)
 
 
-class Attention(nn.Module):
-    """Bidirectional multi-head attention with qk-norm and RoPE (4·H² parameters)."""
+def _dropout(x: torch.Tensor, p: float, module: nn.Module) -> torch.Tensor:
+    """ELF's ``proj_drop``: in training calls that take gradients only."""
+    if p > 0 and module.training and torch.is_grad_enabled():
+        return F.dropout(x, p=p, training=True)
+    return x
 
-    def __init__(self, width: int, heads: int):
+
+class Attention(nn.Module):
+    """Bidirectional multi-head attention with qk-norm and RoPE (4·H² weights, 4·H biases)."""
+
+    def __init__(self, width: int, heads: int, bias: bool = True, dropout: float = 0.0):
         super().__init__()
         self.heads, self.head_dim = heads, width // heads
-        self.qkv = nn.Linear(width, 3 * width, bias=False)
-        self.proj = nn.Linear(width, width, bias=False)
+        self.dropout = dropout
+        self.qkv = nn.Linear(width, 3 * width, bias=bias)
+        self.proj = nn.Linear(width, width, bias=bias)
         self.q_norm = RMSNorm(self.head_dim)
         self.k_norm = RMSNorm(self.head_dim)
 
@@ -111,54 +128,46 @@ class Attention(nn.Module):
         k = apply_rope(self.k_norm.normed_fp32(k), cos, sin).to(k.dtype)
         return q, k, v.to(q.dtype)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``key_mask`` (B, S) bool, True where a position may be attended to (ELF's
+        ``attention_mask``); None attends to every position."""
         b, s, _ = x.shape
-        if attention_in_matmuls(x):
+        if key_mask is None and attention_in_matmuls(x):
             out = softmax_attention(*self.qkv_heads(x, cos, sin, q_scale=self.head_dim ** -0.5))
         else:
-            out = F.scaled_dot_product_attention(*self.qkv_heads(x, cos, sin))
-        return self.proj(out.transpose(1, 2).reshape(b, s, self.heads * self.head_dim))
+            mask = None if key_mask is None else key_mask[:, None, None, :]
+            out = F.scaled_dot_product_attention(*self.qkv_heads(x, cos, sin), attn_mask=mask)
+        out = self.proj(out.transpose(1, 2).reshape(b, s, self.heads * self.head_dim))
+        return _dropout(out, self.dropout, self)
 
 
 class SwiGLU(nn.Module):
-    """SwiGLU MLP (3·H·hidden parameters)."""
+    """SwiGLU MLP: ``down(silu(gate) · up)`` with gate and up from one projection (3·H·hidden
+    weights); ELF's ``SwiGLUFFN`` (``w12``, ``w3``)."""
 
-    def __init__(self, width: int, hidden: int):
+    def __init__(self, width: int, hidden: int, bias: bool = True, dropout: float = 0.0):
         super().__init__()
-        self.gate_up = nn.Linear(width, 2 * hidden, bias=False)
-        self.down = nn.Linear(hidden, width, bias=False)
+        self.dropout = dropout
+        self.gate_up = nn.Linear(width, 2 * hidden, bias=bias)
+        self.down = nn.Linear(hidden, width, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up(x).chunk(2, dim=-1)
-        return self.down(F.silu(gate) * up)
+        return self.down(_dropout(F.silu(gate) * up, self.dropout, self))
 
 
 class Block(nn.Module):
-    def __init__(self, width: int, heads: int, mlp_hidden: int):
+    """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, width: int, heads: int, mlp_hidden: int, bias: bool = True, dropout: float = 0.0):
         super().__init__()
         self.attn_norm = RMSNorm(width)
-        self.attn = Attention(width, heads)
+        self.attn = Attention(width, heads, bias, dropout)
         self.mlp_norm = RMSNorm(width)
-        self.mlp = SwiGLU(width, mlp_hidden)
+        self.mlp = SwiGLU(width, mlp_hidden, bias, dropout)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), cos, sin)
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), cos, sin, key_mask)
         return x + self.mlp(self.mlp_norm(x))
-
-
-class ScalarEmbedder(nn.Module):
-    """A scalar condition (t ∈ [0,1] or the SC-CFG scale w) → one conditioning token.
-
-    Sinusoidal features of the raw value with frequencies from 1 to 1000 (so values in [0, 1]
-    are resolved finely), then a 2-layer MLP.
-    """
-
-    def __init__(self, freq_dim: int, width: int):
-        super().__init__()
-        half = freq_dim // 2
-        self.register_buffer("freqs", torch.exp(torch.linspace(0.0, math.log(1000.0), half)), persistent=False)
-        self.mlp = nn.Sequential(nn.Linear(2 * half, width), nn.SiLU(), nn.Linear(width, width))
-
-    def forward(self, value: torch.Tensor) -> torch.Tensor:
-        angles = value.float()[:, None] * self.freqs[None, :]
-        return self.mlp(torch.cat([angles.sin(), angles.cos()], dim=-1))

@@ -4,9 +4,9 @@ Under bf16 autocast every ``nn.Linear`` casts its fp32 weight and bias to bf16 o
 for an ELF-REG-B student that is about 0.5 GB of memory traffic per network call. Sampling makes
 the same cast tens of times per answer, so :class:`Bf16Copy` makes it once (on a 2-core CPU this
 measured 1.03× at B batch 1 with two threads and 1.20× with one, docs/performance.md; the copy
-holds 0.5 GB for that): a copy of the student whose ``nn.Linear``
-weights and biases are stored in bf16, everything else (norm weights, embeddings, prefix tokens)
-as in the student. Run under the same autocast, the copy computes exactly what the student
+holds 0.5 GB for that): a copy of the student whose blocks' ``nn.Linear``
+weights and biases are stored in bf16, everything else (norm weights, the fp32 input path,
+prefix tokens and heads) as in the student. Run under the same autocast, the copy computes exactly what the student
 computes — autocast would have cast those tensors to bf16 with the same rounding — and
 ``tests/model/test_model_inference.py`` checks that bit for bit.
 
@@ -29,11 +29,13 @@ def _stamp(module: nn.Module) -> tuple[tuple[int, int], ...]:
 
 
 def bf16_matmul_copy(module: nn.Module) -> nn.Module:
-    """A frozen eval-mode copy of ``module`` with every ``nn.Linear``'s parameters in bf16."""
+    """A frozen eval-mode copy of ``module`` with the parameters of every ``nn.Linear`` of its
+    Transformer blocks (``module.blocks``; all of ``module`` when it has none) in bf16. A
+    student's input path and heads stay fp32: they run outside autocast (ELF's network)."""
     dup = copy.deepcopy(module).eval().requires_grad_(False)
     for p in dup.parameters():
         p.grad = None
-    for m in dup.modules():
+    for m in getattr(dup, "blocks", dup).modules():
         if isinstance(m, nn.Linear):
             m.to(torch.bfloat16)
     return dup

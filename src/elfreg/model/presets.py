@@ -1,4 +1,5 @@
-"""Named student presets: the paper's ELF-B/L (with and without REG) and tiny CPU sizes."""
+"""Named student presets: the paper's ELF-B/L (ELF's ``ELF_B``/``ELF_L``, with and without REG)
+and a tiny CPU size."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ class Preset:
 
 
 _B = dict(width=768, depth=12, heads=12, repa_block=4)
-_L = dict(width=1280, depth=32, heads=20, repa_block=8)
+_L = dict(width=1280, depth=32, heads=16, repa_block=8)  # ELF-L: 16 heads of 80
 PRESETS: dict[str, Preset] = {
     "elf-b": Preset(ModelConfig(**_B), repa=False, extra_token="none"),
     "elf-reg-b": Preset(ModelConfig(**_B), repa=True, extra_token="reg"),
@@ -58,6 +59,7 @@ def build_on_meta(name: str, enc_dim: int = QWEN3_0_6B_WIDTH, vocab_size: int = 
 
 
 def student_from_config(cfg: Config, enc_dim: int, vocab_size: int, teacher_dim: int | None) -> Student:
-    """The student a run config describes, sized to its frozen encoder (and teacher)."""
-    return Student(cfg.model, enc_dim, vocab_size, teacher_dim if cfg.needs_teacher else None,
+    """The student a run config describes, sized to its frozen encoder (and teacher); its
+    vocabulary is ``model.vocab_size`` when set, else ``vocab_size`` (the encoder's)."""
+    return Student(cfg.model, enc_dim, cfg.model.vocab_size or vocab_size, teacher_dim if cfg.needs_teacher else None,
                    extra_token=cfg.loss.extra_token, repa=cfg.loss.repa)

@@ -1,14 +1,23 @@
-"""The ELF-REG student: one bidirectional Transformer that denoises and decodes (spec §2).
+"""The ELF-REG student: ELF's network (one bidirectional Transformer that denoises and decodes)
+with ELF-REG's REPA projector and REG token (arXiv 2609.29102 §3; ELF, arXiv 2605.10938).
 
-Sequence layout: ``[t token, w token, mode token, (extra token), content_1 … content_L]``.
-Conditioning enters as in-context prefix tokens; RoPE runs over content positions (prefix tokens
-sit at position 0, i.e. unrotated). Each content input is ``[z_i ; q_i]`` (noisy state and
-self-conditioning, concatenated on channels) projected to the width, plus a prompt/answer
-segment embedding.
+Sequence layout: ``[t tokens, w tokens, mode tokens, (REG or learned token), content_1 … content_L]``.
+The prefix tokens (:mod:`elfreg.model.conditioning`) and the extra token are never rotated by
+RoPE; content positions are rotated by their index 0 … L−1.
 
-Denoise mode returns x̂ (zero-initialised head) and, with REG, r̂. Decode mode is the same network
-with t = 1 and self-conditioning 0, read out by the decoder head width → encoder width →
-vocabulary. The REPA projector p_φ reads block ``repa_block`` and is used in training only.
+Input path (ELF's, in fp32): each content input ``[z_i ; q_i]`` (noisy state and
+self-conditioning, concatenated on channels) → ``self_cond_proj`` (2d → d, with bias) →
+bottleneck d → 128 (no bias) → width (with bias). Output heads (in fp32): x̂ = Linear(RMSNorm(h))
+with a zero-initialised Linear (ELF's ``FinalLayer``); REG's r̂ the same with its own head; the
+decoder D = ``W2·gelu_tanh(W1·h + b1) + b2`` on the block output *before* any final norm, width →
+encoder width → vocabulary. The blocks run in the compute dtype (bf16 under autocast) on an fp32
+residual stream, as ELF's do.
+
+The network is a function of its inputs only: the caller sets what a mode means (decode calls pass
+t = 1 and q = 0, :mod:`elfreg.flow.objective` and :mod:`elfreg.sampling.network`); ``decode`` is
+the mode tokens' gate. Initialisation as ELF's: Linear weights xavier-uniform and biases zero,
+the t/w embedders' weights normal(0.02), learned tokens normal(0.02), the x̂ and r̂ output layers
+zero. The REPA projector p_φ reads block ``repa_block`` and is used in training only.
 """
 
 from __future__ import annotations
@@ -17,26 +26,45 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..config import ModelConfig, needs_teacher
-from .blocks import Block, RMSNorm, ScalarEmbedder, rope_tables
+from .blocks import Block, RMSNorm, rope_tables
+from .conditioning import ConditioningPrefix
 
 ExtraToken = Literal["reg", "learned", "none"]
+# The parameter layout checkpoints are written in: 2 is ELF's network (elfreg 0.2); 1 was elfreg
+# 0.1's own student (one input Linear, one token per condition, a linear decoder head), which this
+# version cannot read.
+STUDENT_FORMAT = 2
 
 
 @dataclass
 class StudentOutput:
-    x_hat: torch.Tensor  # (B, L, d) clean-state prediction; prompt positions restored to the input
-    reg_hat: torch.Tensor | None  # (B, d_r) REG prediction r̂
-    hidden: torch.Tensor  # (B, L, H) final normed content states (input of both heads)
+    x_hat: torch.Tensor  # (B, L, d) clean-state prediction (fp32); prompt positions restored to the input
+    reg_hat: torch.Tensor | None  # (B, d_r) REG prediction r̂ (fp32)
+    hidden: torch.Tensor  # (B, L, H) block output at content positions (the decoder head's input)
     repa: torch.Tensor | None  # (B, L + [1 if REG], D_teacher) p_φ(u^(ℓ)); REG position last
 
 
-# Position of the REG token (or the learned OLT token) in the in-context prefix: after the time,
-# SC-CFG scale and decode-mode tokens (the prefix is built in that order in ``forward``).
-EXTRA_TOKEN = 3
+class OutputHead(nn.Module):
+    """RMSNorm then a zero-initialised Linear (ELF's ``FinalLayer``): predictions start at 0, the
+    mean of standardised states."""
+
+    def __init__(self, width: int, out_dim: int):
+        super().__init__()
+        self.norm = RMSNorm(width)
+        self.linear = nn.Linear(width, out_dim)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.linear(self.norm(h))
+
+
+def fp32(device: torch.device):
+    """A region where autocast is off on ``device`` (ELF's input path and heads run in fp32)."""
+    return torch.autocast(device.type, enabled=False)
 
 
 class Student(nn.Module):
@@ -57,48 +85,52 @@ class Student(nn.Module):
         self.cfg, self.enc_dim, self.vocab_size = cfg, enc_dim, vocab_size
         self.teacher_dim, self.extra_token, self.use_repa = teacher_dim, extra_token, repa
 
-        self.in_proj = nn.Linear(2 * enc_dim, width)
-        self.segment = nn.Embedding(2, width)  # 0 prompt, 1 answer
-        self.time_embed = ScalarEmbedder(cfg.time_freq_dim, width)
-        self.w_embed = ScalarEmbedder(cfg.time_freq_dim, width)
-        self.mode_token = nn.Parameter(torch.zeros(width))  # gated by the decode flag
+        self.self_cond_proj = nn.Linear(2 * enc_dim, enc_dim)
+        self.text_down = nn.Linear(enc_dim, cfg.bottleneck, bias=False)
+        self.text_up = nn.Linear(cfg.bottleneck, width)
+        self.prefix = ConditioningPrefix(width, cfg.time_tokens, cfg.cfg_tokens, cfg.mode_tokens, cfg.time_freq_dim)
         if extra_token == "reg":
             self.reg_in = nn.Linear(2 * teacher_dim, width)  # [r_t ; REG self-conditioning]
-            self.reg_out = nn.Linear(width, teacher_dim)
+            self.reg_head = OutputHead(width, teacher_dim)
         elif extra_token == "learned":
-            self.learned_token = nn.Parameter(torch.zeros(width))
-        self.blocks = nn.ModuleList(Block(width, cfg.heads, mlp_hidden) for _ in range(cfg.depth))
-        self.out_norm = RMSNorm(width)
-        self.out_x = nn.Linear(width, enc_dim)
+            self.learned_token = nn.Parameter(torch.empty(width))
+        # dropout, when set, in the middle half of the blocks (ELF: blocks depth//4 … 3·depth//4 − 1)
+        first, last = cfg.depth // 4, cfg.depth // 4 * 3
+        self.blocks = nn.ModuleList(
+            Block(width, cfg.heads, mlp_hidden, cfg.bias, cfg.dropout if first <= i < last else 0.0)
+            for i in range(cfg.depth))
+        self.final_layer = OutputHead(width, enc_dim)
         if repa:
             p = cfg.projector_hidden
             self.projector = nn.Sequential(nn.Linear(width, p), nn.SiLU(), nn.Linear(p, p), nn.SiLU(),
                                            nn.Linear(p, teacher_dim))
         self.dec_proj = nn.Linear(width, enc_dim)
-        self.vocab_head = nn.Linear(enc_dim, vocab_size, bias=False)
+        self.vocab_head = nn.Linear(enc_dim, vocab_size)
         self.activation_checkpointing = False  # recompute each block in backward (train.activation_checkpointing)
         self.reset_parameters()
+
+    @property
+    def n_prefix(self) -> int:
+        """Tokens before the content: the conditioning prefix and, with one, the extra token."""
+        return self.prefix.length + (self.extra_token != "none")
 
     def reset_parameters(self) -> None:
         for m in self.modules():
             if isinstance(m, nn.Linear):
-                nn.init.normal_(m.weight, std=0.02)
+                nn.init.xavier_uniform_(m.weight)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.Embedding):
-                nn.init.normal_(m.weight, std=0.02)
-        nn.init.normal_(self.mode_token, std=0.02)
+        self.prefix.reset_parameters()
         if self.extra_token == "learned":
             nn.init.normal_(self.learned_token, std=0.02)
-        # zero-initialised output layers: x̂ and r̂ start at 0 (the mean of standardised states)
-        for head in [self.out_x] + ([self.reg_out] if self.extra_token == "reg" else []):
-            nn.init.zeros_(head.weight)
-            nn.init.zeros_(head.bias)
+        for head in [self.final_layer] + ([self.reg_head] if self.extra_token == "reg" else []):
+            nn.init.zeros_(head.linear.weight)
+            nn.init.zeros_(head.linear.bias)
 
     def forward(
         self,
         z: torch.Tensor,
-        self_cond: torch.Tensor,
+        self_cond: torch.Tensor | None,
         t: torch.Tensor,
         w: torch.Tensor,
         prompt_mask: torch.Tensor,
@@ -108,71 +140,82 @@ class Student(nn.Module):
         want_repa: bool = False,
         drop_reg: bool = False,
         sample_chunks: list[int] | None = None,
+        attention_mask: torch.Tensor | None = None,
     ) -> StudentOutput:
         """One call of the network.
 
         Args:
             z: (B, L, d) noisy states; prompt positions hold the clean prompt states.
-            self_cond: (B, L, d) previous clean prediction q (zeros at the start).
-            t: (B,) time in [0, 1] (0 noise, 1 clean). w: (B,) SC-CFG scale.
-            prompt_mask: (B, L) bool. decode: (B,) bool; decode rows use t = 1 and q = 0.
+            self_cond: (B, L, d) self-conditioning input q (the previous clean prediction; the
+                clean prompt at prompt positions; zeros in decode calls). None: ``z`` alone enters
+                the bottleneck, bypassing ``self_cond_proj`` (ELF's path for an input of width d).
+            t: (B,) time in [0, 1] (0 noise, 1 clean; decode calls pass 1). w: (B,) SC-CFG scale.
+            prompt_mask: (B, L) bool: x̂ at these positions is ``z`` (the clean prompt).
+            decode: (B,) bool or 0/1 float, the mode tokens' gate (None: 0, a denoise call).
             reg, reg_self_cond: (B, d_r) noisy REG state and its previous prediction (REG only).
             drop_reg: run a REG student without its REG token (the sequence is one token shorter
                 and ``reg_hat`` is None): "REG removed at inference" of Table 5.
             sample_chunks: run the blocks on chunks of samples of these sizes, in order (the
-                prefix tokens, embeddings and heads on the whole batch): the same values, in less cache
-                (:mod:`elfreg.model.cache_chunks`).
+                prefix tokens, embeddings and heads on the whole batch): the same values, in less
+                cache (:mod:`elfreg.model.cache_chunks`).
+            attention_mask: (B, L) content positions that may be attended to (1/True), as ELF's
+                ``attention_mask``; prefix tokens always may. None: every position.
         """
         b, length, _ = z.shape
-        if decode is None:
-            decode = torch.zeros(b, dtype=torch.bool, device=z.device)
-        t = torch.where(decode, torch.ones_like(t), t)
-        keep = (~decode).to(self_cond.dtype)[:, None, None]
-        content = self.in_proj(torch.cat([z, self_cond * keep], dim=-1))
-        content = content + self.segment((~prompt_mask).long())
-
-        prefix = [self.time_embed(t), self.w_embed(w), decode.to(content.dtype)[:, None] * self.mode_token]
+        gate = torch.zeros(b, device=z.device) if decode is None else decode.float()
         with_reg = self.extra_token == "reg" and not drop_reg
         if drop_reg and want_repa:
             raise ValueError("REPA reads the REG position; it cannot be asked for with the REG token dropped")
-        if with_reg:
-            if reg is None:
-                raise ValueError("this student has a REG token: pass reg (noise at the start of sampling)")
-            rsc = torch.zeros_like(reg) if reg_self_cond is None else reg_self_cond * keep[:, :, 0]
-            prefix.append(self.reg_in(torch.cat([reg, rsc], dim=-1)))
-        elif self.extra_token == "learned":
-            prefix.append(self.learned_token.expand(b, -1))
-        n_prefix = len(prefix)
-        prefix = torch.stack(prefix, dim=1).to(content.dtype)
+        if with_reg and reg is None:
+            raise ValueError("this student has a REG token: pass reg (noise at the start of sampling)")
+        with fp32(z.device):
+            inputs = z.float() if self_cond is None else self.self_cond_proj(torch.cat([z, self_cond], dim=-1).float())
+            content = self.text_up(self.text_down(inputs))
+            parts = [self.prefix(t.float(), w.float(), gate)]
+            if with_reg:
+                rsc = torch.zeros_like(reg) if reg_self_cond is None else reg_self_cond
+                parts.append(self.reg_in(torch.cat([reg, rsc], dim=-1).float())[:, None])
+            elif self.extra_token == "learned":
+                parts.append(self.learned_token.float().expand(b, 1, -1))
+            prefix = torch.cat(parts, dim=1)
+        n_prefix = prefix.shape[1]
         h = torch.cat([prefix, content], dim=1)
 
         positions = torch.cat([torch.zeros(n_prefix, device=z.device, dtype=torch.long),
                                torch.arange(length, device=z.device)])
         cos, sin = rope_tables(positions, self.cfg.width // self.cfg.heads, self.cfg.rope_base)
+        key_mask = None
+        if attention_mask is not None:
+            key_mask = torch.cat([torch.ones(b, n_prefix, dtype=torch.bool, device=z.device),
+                                  attention_mask.to(z.device).bool()], dim=1)
         repa_states = None
         recompute = self.activation_checkpointing and torch.is_grad_enabled()
         if sample_chunks is not None:
-            if want_repa or recompute:
-                raise ValueError("sample_chunks is for sampling calls: not with REPA or activation checkpointing")
+            if want_repa or recompute or key_mask is not None:
+                raise ValueError("sample_chunks is for sampling calls: not with REPA, activation checkpointing "
+                                 "or an attention mask")
             if sum(sample_chunks) != b or min(sample_chunks) < 1:
                 raise ValueError(f"sample_chunks {sample_chunks} must be positive sizes summing to the batch, {b}")
             h = torch.cat([self._body(part, cos, sin) for part in h.split(sample_chunks)])
         else:
             for i, block in enumerate(self.blocks, start=1):
-                h = checkpoint(block, h, cos, sin, use_reentrant=False) if recompute else block(h, cos, sin)
+                if recompute:
+                    h = checkpoint(block, h, cos, sin, key_mask, use_reentrant=False)
+                else:
+                    h = block(h, cos, sin, key_mask)
                 if want_repa and i == self.cfg.repa_block:
                     repa_states = h
-        h = self.out_norm(h)
         hidden = h[:, n_prefix:]
-        x_hat = torch.where(prompt_mask[..., None], z, self.out_x(hidden).float())
-        reg_hat = self.reg_out(h[:, EXTRA_TOKEN]).float() if with_reg else None
+        with fp32(z.device):
+            x_hat = torch.where(prompt_mask[..., None], z.float(), self.final_layer(hidden.float()))
+            reg_hat = self.reg_head(h[:, n_prefix - 1].float()) if with_reg else None
         repa_out = None
         if want_repa:
             if not self.use_repa:
                 raise ValueError("this student was built without a REPA projector")
             u = repa_states[:, n_prefix:]
             if self.extra_token == "reg":
-                u = torch.cat([u, repa_states[:, EXTRA_TOKEN:EXTRA_TOKEN + 1]], dim=1)
+                u = torch.cat([u, repa_states[:, n_prefix - 1:n_prefix]], dim=1)
             repa_out = self.projector(u).float()
         return StudentOutput(x_hat=x_hat, reg_hat=reg_hat, hidden=hidden, repa=repa_out)
 
@@ -184,8 +227,10 @@ class Student(nn.Module):
         return h
 
     def decode_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Decoder head D: width → encoder width → vocabulary logits."""
-        return self.vocab_head(self.dec_proj(hidden))
+        """Decoder head D (fp32): ``vocab_head(gelu_tanh(dec_proj(h)))``, width → encoder width →
+        vocabulary logits, on block outputs ``hidden`` (…, H)."""
+        with fp32(hidden.device):
+            return self.vocab_head(F.gelu(self.dec_proj(hidden.float()), approximate="tanh"))
 
     def parameter_groups(self) -> dict[str, int]:
         """Parameter counts split as in Table 7: non-decoder (incl. training-only parts) / decoder."""

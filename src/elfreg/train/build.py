@@ -112,6 +112,9 @@ def build_run(cfg: Config, examples: TrainingData | None = None) -> Run:
         shard_frozen(frozen)
     teacher_dim = frozen.teacher.width if with_teacher else None
     student = student_from_config(cfg, frozen.encoder.width, frozen.encoder.vocab_size, teacher_dim).to(device)
+    if len(frozen.tokenizer) > student.vocab_size:
+        raise ValueError(f"model.vocab_size ({student.vocab_size}) is smaller than the tokenizer's "
+                         f"{len(frozen.tokenizer)} tokens: the decoder could not name every target token")
     student = parallelize(student, cfg)
     model = wrap_for_training(student, cfg, device)
     return Run(cfg=cfg, device=device, bf16=bf16, frozen=frozen, examples=examples, student=student,

@@ -28,7 +28,11 @@ from ..config import Config
 if TYPE_CHECKING:
     from .build import Run
 
-N_PREFIX = 4  # t, w, mode and the extra (REG / learned) token
+def prefix_tokens(cfg: Config) -> int:
+    """Tokens before the content in every student call: the t, w and mode tokens and, with one,
+    the REG or learned token."""
+    m = cfg.model
+    return m.time_tokens + m.cfg_tokens + m.mode_tokens + (cfg.loss.extra_token != "none")
 
 
 @dataclass(frozen=True)
@@ -45,10 +49,15 @@ class LMShape:
 
     @classmethod
     def of_hf(cls, hf: Any, layers: int) -> LMShape:
-        head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+        """The shape of an HF config read at ``layers`` blocks (−1: all of them). T5 configs name
+        their sizes differently (d_model, d_kv, d_ff); their MLP is counted as a gated one."""
+        head_dim = (getattr(hf, "head_dim", None) or getattr(hf, "d_kv", None)
+                    or hf.hidden_size // hf.num_attention_heads)
+        if layers == -1:
+            layers = hf.num_hidden_layers
         return cls(hf.hidden_size, layers, hf.num_attention_heads,
                    getattr(hf, "num_key_value_heads", None) or hf.num_attention_heads, head_dim,
-                   hf.intermediate_size, hf.vocab_size)
+                   getattr(hf, "intermediate_size", None) or hf.d_ff, hf.vocab_size)
 
     def block_params(self) -> int:
         attn = self.width * self.head_dim * (2 * self.heads + 2 * self.kv_heads)
@@ -80,7 +89,7 @@ def frozen_shape(name: str | None, revision: str | None, layers: int) -> LMShape
         return None
     if name in QWEN3 and revision is None:
         known = {k: v for k, v in QWEN3[name].items() if k != "total_layers"}
-        return LMShape(layers=layers, **known)
+        return LMShape(layers=QWEN3[name]["total_layers"] if layers == -1 else layers, **known)
     from transformers import AutoConfig
 
     return LMShape.of_hf(AutoConfig.from_pretrained(name, revision=revision), layers)
@@ -107,9 +116,10 @@ def flops_per_token(cfg: Config, encoder: LMShape, teacher: LMShape | None,
     m, f, t = cfg.model, cfg.flow, cfg.text
     width, d, vocab = m.width, encoder.width, encoder.vocab
     hidden = m.mlp_hidden or (8 * width) // 3
-    seq = t.canvas_len + N_PREFIX
+    seq = t.canvas_len + prefix_tokens(cfg)
     block = 2 * (4 * width * width + 3 * width * hidden) + 4 * seq * width
-    io = 2 * (2 * d * width) + 2 * width * d  # in_proj on [z ; q], out_x
+    # the input path [z ; q] -> d -> bottleneck -> width, and the x-hat head width -> d
+    io = 2 * (2 * d * d + d * m.bottleneck + m.bottleneck * width + width * d)
     blocks = m.depth * block
     projector = 0.0
     if cfg.loss.repa and teacher is not None:
@@ -211,7 +221,7 @@ def memory_per_gpu(cfg: Config, params: dict[str, int], encoder: LMShape, teache
     act_bytes = 2 if tc.precision != "fp32" else 4
     width = m.width
     hidden = m.mlp_hidden or (8 * width) // 3
-    seq = t.canvas_len + N_PREFIX
+    seq = t.canvas_len + prefix_tokens(cfg)
     per_block = seq * ((10 * width + 4 * hidden) * act_bytes + 8 * width)  # + fp32 RMSNorm inputs
     if tc.activation_checkpointing:
         blocks = seq * width * act_bytes * m.depth + per_block

@@ -23,6 +23,7 @@ from ..checkpoint import save_checkpoint
 from ..config import Config
 from ..host_memory import apply_host_memory
 from ..jsonl import append_jsonl
+from ..model.student import STUDENT_FORMAT
 from ..runs import GracefulInterrupt, locked
 from .batch import TrainingData
 from .build import Run, start_run, train_state
@@ -56,7 +57,8 @@ class TrainResult:
 def save(run: Run, step: int) -> Path:
     """Checkpoint ``run`` as it is after ``step`` steps (atomic; see :mod:`elfreg.checkpoint`)
     and remember it as the run's last good checkpoint."""
-    meta = {"enc_dim": run.frozen.encoder.width, "vocab_size": run.frozen.encoder.vocab_size,
+    meta = {"student_format": STUDENT_FORMAT, "enc_dim": run.frozen.encoder.width,
+            "vocab_size": run.student.vocab_size,
             "teacher_dim": run.frozen.teacher.width if run.with_teacher else None,
             "canvas": run.frozen.canvas.stats.as_dict(), "world_size": run.dist.world,
             "parallel": run.cfg.train.parallel}

@@ -58,7 +58,7 @@ def make_plan(cfg: Config, gpus: int, peak_tflops: float, mfu: float, examples: 
     with torch.device("meta"):
         student = student_from_config(cfg, encoder.width, encoder.vocab, teacher.width if teacher else None)
     params = {"total": sum(p.numel() for p in student.parameters()),
-              "muon": sum(p.numel() for p in student.blocks.parameters() if p.dim() == 2)}
+              "muon": sum(p.numel() for p in student.parameters() if p.dim() == 2)}
     flops = flops_per_token(cfg, encoder, teacher, teacher_tokens)
     memory = memory_per_gpu(cfg, params, encoder, teacher, gpus)
     tc = cfg.train
