@@ -23,10 +23,14 @@ def _random_student(frozen, extra_token="reg", seed=0):
     cfg = ModelConfig(width=32, depth=2, heads=2, repa_block=1, projector_hidden=16, time_freq_dim=16)
     student = Student(cfg, frozen.encoder.width, frozen.encoder.vocab_size,
                       teacher_dim=48 if extra_token == "reg" else None, extra_token=extra_token, repa=False)
-    # non-zero output heads, so clean predictions (and decoded answers) depend on the noise
-    torch.nn.init.normal_(student.out_x.weight, std=0.3)
+    # non-zero output heads, so clean predictions (and decoded answers) depend on the noise; the
+    # decoder head's biases start at zero, where EOS seldom wins: a small EOS bias gives answers
+    # of varied lengths, as a trained model's
+    torch.nn.init.normal_(student.final_layer.linear.weight, std=0.3)
     if extra_token == "reg":
-        torch.nn.init.normal_(student.reg_out.weight, std=0.3)
+        torch.nn.init.normal_(student.reg_head.linear.weight, std=0.3)
+    with torch.no_grad():
+        student.vocab_head.bias[frozen.tokenizer.eos_token_id] = 0.5
     return student.eval()
 
 
@@ -74,8 +78,8 @@ def test_a_demo_width_student_answers_the_same_in_small_and_large_cpu_batches(fr
     torch.manual_seed(3)
     cfg = ModelConfig(width=128, depth=4, heads=2, repa_block=2, projector_hidden=16, time_freq_dim=64)
     wide = Student(cfg, frozen.encoder.width, frozen.encoder.vocab_size, teacher_dim=48, repa=False).eval()
-    torch.nn.init.normal_(wide.out_x.weight, std=0.3)
-    torch.nn.init.normal_(wide.reg_out.weight, std=0.3)
+    torch.nn.init.normal_(wide.final_layer.linear.weight, std=0.3)
+    torch.nn.init.normal_(wide.reg_head.linear.weight, std=0.3)
     prompts = [f"what is {a}+{b}?" for a in range(8) for b in range(8)]
     small, large = (_gen(wide, frozen, prompts, samples=4, nfe=4, batch_size=b, precision="fp32") for b in (32, 256))
     assert [r.tokens for r in small] == [r.tokens for r in large]

@@ -53,7 +53,9 @@ def test_euler_states_follow_eq12_and_self_conditioning_is_the_previous_predicti
     first = net.denoise_log[0]
     assert torch.equal(first["z"][0][~mask[0]], y0[~mask[0]])  # answer starts at σ·N(0, I)
     assert torch.equal(first["reg"][0], r0)  # REG starts from noise
-    assert torch.all(first["q"] == 0) and torch.all(first["reg_q"] == 0)
+    # q_0 is 0 at answer positions and the clean prompt at prompt positions (ELF's restore_cond)
+    assert torch.all(first["q"][~mask] == 0) and torch.all(first["reg_q"] == 0)
+    assert torch.equal(first["q"][mask], states[mask])
     for j, call in enumerate(net.denoise_log):
         assert torch.equal(call["z"][mask], states[mask])  # prompt stays clean
         assert torch.all(call["w"] == 3.0)  # SC-CFG scale enters the network
@@ -76,9 +78,9 @@ def test_full_span_lands_exactly_on_a_fixed_prediction_when_the_last_step_is_unc
     assert torch.equal(out.token_ids[0][~mask[0]], target[~mask[0]])
 
 
-def test_full_span_n64_matches_the_analytic_euler_solution():
+def test_full_span_n64_on_a_uniform_grid_matches_the_analytic_euler_solution():
     # With a fixed x̂, y_{j+1} − x̂ = (1 − h/max(1 − t_j, 0.05))·(y_j − x̂) on the uniform grid.
-    out, net, _, mask, _, x_hat, reg_hat = _run("full-span", nfe=64, seeds=(7,))
+    out, net, _, mask, _, x_hat, reg_hat = _run("full-span", nfe=64, seeds=(7,), full_span_grid="uniform")
     assert out.denoiser_calls.item() == 63 and out.decoder_calls.item() == 1
     t = full_span_grid(64)
     assert torch.allclose(torch.stack([c["t"][0] for c in net.denoise_log]).double(), t[:-1].float().double())
@@ -89,6 +91,25 @@ def test_full_span_n64_matches_the_analytic_euler_solution():
     assert abs(factor) > 1e-3  # the clamp keeps the last steps from landing exactly here
     assert torch.allclose(got[~mask[0]], expect[~mask[0]], atol=1e-4)
     assert torch.allclose(net.decode_log[0]["reg"][0], reg_hat + factor * (r0 - reg_hat), atol=1e-4)
+
+
+def test_full_span_runs_on_elfs_logit_normal_grid_drawn_from_each_samples_seed():
+    """ELF's get_sampling_steps: 0, N − 2 sorted sigmoid(N(−1.5, 0.8)) points, 1: the early-stop
+    master grid at ρ = 1, so each seed has its own grid (and its grid, not the batch, decides it)."""
+    out, net, *_ = _run("full-span", nfe=16, seeds=(3, 4))
+    assert SampleConfig().full_span_grid == "logit-normal"
+    seen = torch.stack([c["t"] for c in net.denoise_log]).double()  # (calls, rows)
+    for row, seed in enumerate((3, 4)):
+        grid = master_grid(16, 1, grid_generator(seed))
+        assert grid[0] == 0 and grid[-1] == 1 and torch.all(grid[1:] >= grid[:-1])
+        assert torch.allclose(seen[:, row], grid[:-1].float().double())
+        assert out.exit_time[row].item() == 1.0
+    assert not torch.allclose(seen[:, 0], seen[:, 1])  # per-sample grids
+    assert seen[1:, 0].median() < 0.4  # the points crowd where training drew most of its t (median 0.18)
+    _, alone_net, *_ = _run("full-span", nfe=16, seeds=(4,))
+    assert torch.equal(torch.stack([c["t"][0] for c in alone_net.denoise_log]), seen[:, 1].float())
+    with pytest.raises(ConfigError, match="sample.full_span_grid"):
+        SampleConfig(full_span_grid="cosine").validate()
 
 
 def test_renoise_ends_at_early_stop_t_star_and_follows_the_renoise_rule():
@@ -138,6 +159,9 @@ def test_prompt_cfg_costs_two_calls_per_step_and_guides_the_prediction():
     call = net.denoise_log[0]
     assert call["z"].shape[0] == 4  # conditional and prompt-dropped rows in one forward
     assert torch.equal(call["z"][:2][mask], states[mask]) and torch.all(call["z"][2:][mask] == 0)
+    # the prompt-dropped rows lose the prompt from the self-conditioning input too (ELF's sampler)
+    for later in (call, net.denoise_log[3]):
+        assert torch.equal(later["q"][:2][mask], states[mask]) and torch.all(later["q"][2:][mask] == 0)
     m = mask[..., None].float()
     prompt_mean = (states * m).sum(1, keepdim=True) / m.sum(1, keepdim=True)
     expect = x_hat + 2.5 * prompt_mean  # uncond x̂ + 2.5·(cond − uncond)

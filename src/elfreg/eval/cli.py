@@ -33,6 +33,7 @@ from ..config import ConfigError, EvalConfig, SampleConfig, add_config_flags, co
 from ..device import PRECISIONS
 from ..host_memory import add_host_memory_flag, apply_host_memory
 from ..runs import FolderInUse, GracefulInterrupt
+from ..sampling.cli import add_sampling_flags, sample_overrides
 from .outdir import EvalError, EvalStopped, held
 from .predictions import PredictionError
 from .sources import DataUnavailable
@@ -56,7 +57,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--list-tasks", action="store_true", help="list the tasks and exit")
     add_host_memory_flag(p)
     add_config_flags(p, EvalConfig, "evaluation settings (eval.* of a config)")
-    add_config_flags(p, SampleConfig, "sampler settings (sample.*; default: the checkpoint's)")
+    add_sampling_flags(p)
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         task_name = canonical_task_name(args.task)
         ev = EvalConfig(**config_flag_values(args, EvalConfig)).validate()
-        overrides = config_flag_values(args, SampleConfig)
+        overrides = sample_overrides(args)
         SampleConfig().replace(**overrides)  # checks the given sampler settings before any work
     except (ConfigError, ValueError) as err:
         return _fail(err)

@@ -14,11 +14,27 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
-from ..config import SampleConfig, add_config_flags, config_flag_values
+from ..config import SAMPLING_PRESETS, SampleConfig, add_config_flags, config_flag_values
 from ..device import PRECISIONS
 from ..host_memory import add_host_memory_flag, apply_host_memory
 from ..jsonl import iter_jsonl
+
+
+def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
+    """Every ``SampleConfig`` field as a flag, and ``--sampling NAME`` (:data:`SAMPLING_PRESETS`)."""
+    add_config_flags(parser, SampleConfig, "sampler settings (sample.*; default: the checkpoint's)")
+    parser.add_argument("--sampling", choices=sorted(SAMPLING_PRESETS),
+                        help="named sampler settings, under any flag given: "
+                             + "; ".join(f"{k}: " + ", ".join(f"{f}={v}" for f, v in p.items())
+                                         for k, p in SAMPLING_PRESETS.items()))
+
+
+def sample_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The sampler settings a command line gives: those of ``--sampling NAME`` under the explicit
+    flags (:func:`add_sampling_flags`)."""
+    return {**SAMPLING_PRESETS.get(getattr(args, "sampling", None) or "", {}), **config_flag_values(args, SampleConfig)}
 
 
 def _read_prompts(path: str) -> list[str]:
@@ -46,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         prompts += _read_prompts(args.prompts_file)
     if not prompts:
         raise ValueError("give at least one --prompt or a --prompts-file")
-    overrides = config_flag_values(args, SampleConfig)
+    overrides = sample_overrides(args)
     SampleConfig().replace(**overrides)  # bad settings fail before the checkpoint is loaded
     apply_host_memory(args.host_memory)
     models = load_checkpoint(args.checkpoint, args.device, args.precision, use_ema=not args.raw_weights)
@@ -96,5 +112,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--record-every", type=int, default=1, help="trajectory: record every k-th step")
     p.add_argument("--no-progress", action="store_true")
     add_host_memory_flag(p)
-    add_config_flags(p, SampleConfig, "sampler settings (sample.* of the config; default: the checkpoint's)")
+    add_sampling_flags(p)
     p.set_defaults(func=run)

@@ -122,6 +122,9 @@ def generate(model: SamplingModels | Student | Network, prompts: list[str], samp
     sample = (sample or SampleConfig()).validate()
     tokenizer, eos = frozen_text.tokenizer, frozen_text.tokenizer.eos_token_id
     if isinstance(model, Student):
+        if model.cfg.cfg_tokens == 0 and sample.sc_cfg != 1.0:
+            raise ValueError("this model has no SC-CFG tokens (an ELF model trained without them): its SC-CFG "
+                             f"scale is not an input, so sc_cfg must be 1, not {sample.sc_cfg}")
         device = next(model.parameters()).device
         net = StudentNetwork(model, use_bf16(device, precision or "auto"), eos_id=eos, compile=compile)
     else:
@@ -140,7 +143,7 @@ def generate(model: SamplingModels | Student | Network, prompts: list[str], samp
                       dynamic_ncols=True):
         distinct = sorted({i for i, _ in batch})
         canvas = frozen_text.canvas.build([prompts[i] for i in distinct])
-        states = frozen_text.encoder.encode(canvas.tokens).to(device)
+        states = frozen_text.encoder.encode_canvas(canvas).to(device)
         where = {i: k for k, i in enumerate(distinct)}
         pick = torch.tensor([where[i] for i, _ in batch], device=device)
         seeds = [seed + j for _, j in batch]

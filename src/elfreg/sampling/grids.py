@@ -3,7 +3,9 @@
 Time runs from 0 (noise) to 1 (clean). A grid of ``K`` points drives ``K − 1`` updates; the
 network is evaluated at every point except the last.
 
-- Full-span: ``N`` uniform points 0, 1/(N−1), …, 1 → N − 1 updates ending at t = 1.
+- Full-span: ``N`` points from 0 to 1 → N − 1 updates ending at t = 1: by default ELF's grid, the
+  master grid below at ρ = 1 (0, 1 and N − 2 sorted logit-normal points); or ``N`` uniform
+  points 0, 1/(N−1), …, 1 (:func:`full_span_grid`).
 - Prefix early-stop: the master grid of ``M = ρ·N`` points (0, 1 and ``M − 2`` sorted
   logit-normal(−1.5, 0.8) interior points); only its first ``N`` points are used, so the last
   prediction is made at ``t_{N−2}``.

@@ -6,8 +6,8 @@ predictions are known analytically. :class:`StudentNetwork` adapts a trained
 
 - ``denoise`` is one call of the student in denoise mode and returns the clean predictions
   (x̂ for the text, r̂ for the REG token when the student has one);
-- ``decode`` is one call of the same student in decode mode (t = 1, self-conditioning 0 — forced
-  inside the model) followed by the vocabulary head and an argmax per answer position. The
+- ``decode`` is one call of the same student in decode mode (t = 1, self-conditioning 0 at every
+  position, the mode tokens on) followed by the vocabulary head and an argmax per answer position. The
   logits are produced in chunks of positions, so a 151,936-entry vocabulary never needs a
   (batch × canvas × vocabulary) tensor. Given ``eos_id``, the vocabulary head runs left to right
   over the answer region and stops for a row once it has produced an EOS: every position after a
@@ -127,8 +127,7 @@ class StudentNetwork:
         if not self.cache_chunks:
             return None
         element_bytes = 2 if self.bf16 else x.element_size()
-        # at most 4 prefix tokens (t, w, mode and the REG or learned token)
-        return chunk_sizes(x.shape[0], x.shape[1] + 4, self.student.blocks[0].mlp.down.in_features,
+        return chunk_sizes(x.shape[0], x.shape[1] + self.student.n_prefix, self.student.blocks[0].mlp.down.in_features,
                            element_bytes, cpu_cache_bytes(x.device))
 
     @torch.no_grad()

@@ -5,8 +5,11 @@ Every sampler spends a budget of N NFE: N − 1 denoiser calls and one decoder c
 Every sample has its own time grid (drawn from its seed), so times are per row. A sampler is a
 row of :data:`SAMPLER_SPECS`: which grid, which move between network calls, what is decoded.
 
-- **Full-span**: Eq. 12 over the uniform grid of N points on [0, 1]; decodes y_{N−1} (t = 1) with
-  the final REG state as REG input.
+- **Full-span**: Eq. 12 over a grid of N points covering [0, 1]; decodes y_{N−1} (t = 1) with
+  the final REG state as REG input. The grid is ELF's (``sample.full_span_grid: logit-normal``):
+  0, 1 and N − 2 sorted sigmoid(N(−1.5, 0.8)) points drawn from the sample's seed, i.e. the
+  early-stop master grid at ρ = 1, which ELF's sampler draws for every run; ``uniform`` spaces
+  the N points evenly.
 - **Prefix early-stop** (default): Eq. 12 over the first N points of the M = ρ·N master grid;
   decodes D(d_{N−2}), the last clean prediction, with the last REG prediction r̂_{N−2} as REG
   input.
@@ -27,8 +30,9 @@ runs without its REG token.
 canvas once its decoded answer end has settled; see :class:`~elfreg.sampling.checks.CanvasTrim`.
 
 Start of every path: answer positions ~ σ·N(0, I); the REG state ~ σ·N(0, I) (REG starts from
-noise, the teacher is never used); q_0 = 0; prompt positions hold the clean encoder states and
-keep them at every step.
+noise, the teacher is never used); q_0 = 0 at answer positions and for REG; prompt positions hold
+the clean encoder states, in the state and in the self-conditioning input alike (ELF's
+``restore_cond``), and keep them at every step.
 """
 
 from __future__ import annotations
@@ -198,8 +202,10 @@ def _prefix_times(sample: SampleConfig, seeds: list[int]) -> torch.Tensor:
                         for s in seeds])
 
 
-def _uniform_times(sample: SampleConfig, seeds: list[int]) -> torch.Tensor:
-    return full_span_grid(sample.nfe).expand(len(seeds), sample.nfe).clone()
+def _full_span_times(sample: SampleConfig, seeds: list[int]) -> torch.Tensor:
+    if sample.full_span_grid == "uniform":
+        return full_span_grid(sample.nfe).expand(len(seeds), sample.nfe).clone()
+    return torch.stack([master_grid(sample.nfe, 1, grid_generator(s)) for s in seeds])
 
 
 def _power_times(sample: SampleConfig, seeds: list[int]) -> torch.Tensor:
@@ -217,7 +223,7 @@ class SamplerSpec:
 
 SAMPLER_SPECS: dict[str, SamplerSpec] = {
     "early-stop": SamplerSpec(_prefix_times, euler_move, decodes_state=False),
-    "full-span": SamplerSpec(_uniform_times, euler_move, decodes_state=True),
+    "full-span": SamplerSpec(_full_span_times, euler_move, decodes_state=True),
     "renoise": SamplerSpec(_power_times, renoise_move, decodes_state=False),
     "adaptive": SamplerSpec(_prefix_times, euler_move, decodes_state=False, adaptive=True),
 }
@@ -246,8 +252,8 @@ def _start(reg_dim: int | None, prompt_states: torch.Tensor, prompt_mask: torch.
     text = sigma * noise.normal(rows, (length, dim))
     reg = sigma * noise.normal(rows, (reg_dim,)) if reg_dim else None
     y0 = torch.where(prompt_mask[..., None], prompt_states, text)
-    return Path(y0, reg, torch.zeros_like(y0), None if reg is None else torch.zeros_like(reg),
-                torch.zeros(b, dtype=torch.long))
+    q0 = torch.where(prompt_mask[..., None], prompt_states, torch.zeros_like(text))
+    return Path(y0, reg, q0, None if reg is None else torch.zeros_like(reg), torch.zeros(b, dtype=torch.long))
 
 
 @torch.no_grad()

@@ -60,9 +60,10 @@ def drop_prompt(z: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
     """The 'no prompt' input of prompt CFG: prompt positions set to zero states.
 
     Zero is the per-feature mean of the standardised encoder states (and what the zero-initialised
-    head predicts), so it carries no prompt content, while the canvas layout — which positions
-    are answer positions, their RoPE positions and segment labels — stays the same. The student
-    is not trained with prompt dropout, so this is an inference-only option.
+    head predicts), so it carries no prompt content, while the canvas layout (which positions are
+    answer positions, their RoPE positions) stays the same. It is what training's prompt drop
+    (``flow.prompt_drop``, ELF's label drop) shows the student; without it prompt CFG is an
+    inference-only extrapolation.
     """
     return z.masked_fill(prompt_mask[..., None], 0.0)
 
@@ -82,7 +83,9 @@ def predict(net: CountingNetwork, rows: torch.Tensor, y: torch.Tensor, q: torch.
     """d_j = D_θ(y_j, q_j, t_j) with SC-CFG scale w as a network input (one call per sample).
 
     With ``prompt_cfg`` ≠ 1 a second, prompt-dropped row is evaluated for each sample in the same
-    forward (two calls per sample) and both the text and REG predictions are guided.
+    forward (two calls per sample) and both the text and REG predictions are guided. The dropped
+    row has its prompt removed from the state and from the self-conditioning input alike (which
+    holds the clean prompt at prompt positions), as ELF's sampler does.
     Prompt positions of the result hold the clean prompt states of ``y``.
     """
     if prompt_cfg == 1.0:
@@ -91,8 +94,8 @@ def predict(net: CountingNetwork, rows: torch.Tensor, y: torch.Tensor, q: torch.
         def two(x: torch.Tensor | None) -> torch.Tensor | None:
             return None if x is None else torch.cat([x, x])
 
-        d2, rd2 = net.denoise(torch.cat([y, drop_prompt(y, prompt_mask)]), two(q), two(t), two(w),
-                              two(prompt_mask), two(reg), two(reg_q), rows=torch.cat([rows, rows]))
+        d2, rd2 = net.denoise(torch.cat([y, drop_prompt(y, prompt_mask)]), torch.cat([q, drop_prompt(q, prompt_mask)]),
+                              two(t), two(w), two(prompt_mask), two(reg), two(reg_q), rows=torch.cat([rows, rows]))
         b = y.shape[0]
         d = guide(d2[:b], d2[b:], prompt_cfg)
         rd = None if rd2 is None else guide(rd2[:b], rd2[b:], prompt_cfg)
