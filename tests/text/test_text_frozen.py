@@ -152,3 +152,68 @@ def test_an_fp32_run_reads_a_bf16_checkpoint_in_fp32(tmp_path, tiny_assets, tiny
     assert fp32.encoder.encode(torch.tensor([[1, 2, 3]])).dtype == torch.float32
     kept = load_frozen_text(text, with_teacher=False, bf16=True)
     assert {p.dtype for p in kept.encoder.reader.base.parameters()} == {torch.bfloat16}
+
+
+def make_tiny_t5(folder, vocab: int, seed: int = 0) -> None:
+    """A tiny random T5 encoder saved with the character tokenizer (ELF reads T5 encoders)."""
+    from transformers import T5Config, T5EncoderModel
+
+    torch.manual_seed(seed)
+    make_char_tokenizer(folder)
+    T5EncoderModel(T5Config(vocab_size=vocab, d_model=24, d_kv=8, d_ff=48, num_layers=2, num_heads=3,
+                            decoder_start_token_id=0)).save_pretrained(folder)
+
+
+def test_a_t5_encoder_is_read_at_its_output_with_elfs_mask_and_global_standardisation(tmp_path, tok):
+    from transformers import T5EncoderModel
+
+    from elfreg.text.frozen import load_encoder_lm, t5_attention_mask
+
+    make_tiny_t5(tmp_path / "t5", len(tok))
+    model = load_encoder_lm(str(tmp_path / "t5"))
+    assert isinstance(model, T5EncoderModel) and not model.training
+    enc = FrozenEncoder(model, layer=-1, bf16=False, standardize="global", latent_mean=0.1, latent_std=0.2)
+    assert enc.bidirectional and enc.width == 24
+    builder = CanvasBuilder(tok, canvas_len=12, prompt_cap=6)
+    full, alone = builder.build(["ab", "abcd"], ["xyz", "q"]), builder.build(["ab", "abcd"])
+    mask = t5_attention_mask(full)[:, 0]
+    # prompt rows see the prompt only; answer and padding rows see prompt + answer, not the padding
+    assert mask[0, 0].tolist() == [True, True] + [False] * 10
+    assert mask[0, 3].tolist() == [True] * 5 + [False] * 7 and mask[0, 9].tolist() == mask[0, 3].tolist()
+    x_full, x_alone = enc.encode_canvas(full), enc.encode_canvas(alone)
+    for row, p in enumerate(full.prompt_lens.tolist()):
+        torch.testing.assert_close(x_full[row, :p], x_alone[row, :p], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(x_full[0, 2:5], x_alone[0, 2:5], atol=1e-3)  # answers see their tokens
+    with torch.no_grad():
+        raw = model(input_ids=full.tokens, attention_mask=t5_attention_mask(full)).last_hidden_state
+    torch.testing.assert_close(x_full, (raw - 0.1) / 0.2, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="read at its output"):
+        FrozenEncoder(model, layer=1)
+    # an unconditional canvas (no prompt, no answer yet) reads without NaN
+    assert torch.isfinite(enc.encode_canvas(builder.build([""]))).all()
+
+
+def test_a_causal_encoder_can_be_read_at_its_output(tiny_assets, tok):
+    lm = load_causal_lm(str(tiny_assets["encoder"]))
+    ids = torch.tensor([tok("hello 12")["input_ids"]])
+    with torch.no_grad():
+        ref = lm.model(input_ids=ids).last_hidden_state  # after the final norm
+    enc = FrozenEncoder(load_causal_lm(str(tiny_assets["encoder"])), layer=-1, bf16=False)
+    assert len(enc.reader.base.layers) == 3  # every block is kept
+    torch.testing.assert_close(enc.encode(ids), standardize_tokens(ref), rtol=1e-5, atol=1e-5)
+
+
+def test_without_prompt_moves_the_answer_to_the_start_and_back_to_canvas_undoes_it(tok):
+    from elfreg.text.canvas import back_to_canvas
+
+    c = CanvasBuilder(tok, canvas_len=10, prompt_cap=5).build(["ab", "abcd", ""], ["xyz", "q", "uv"])
+    moved = c.without_prompt(tok.eos_token_id)
+    eos = tok.eos_token_id
+    assert moved.tokens[0].tolist() == c.tokens[0, 2:].tolist() + [eos] * 2
+    assert moved.tokens[2].tolist() == c.tokens[2].tolist()  # an empty prompt: nothing moves
+    assert not moved.prompt_mask.any() and moved.content_mask.sum(1).tolist() == c.content_mask.sum(1).tolist()
+    assert moved.last_content.tolist() == [2, 0, 1]
+    values = torch.arange(30.0).reshape(3, 10, 1)
+    back = back_to_canvas(values, c.prompt_lens)
+    assert back[0, :, 0].tolist() == [0, 0] + list(range(8))
+    assert back[1, :, 0].tolist() == [0] * 4 + list(range(10, 16)) and torch.equal(back[2], values[2])

@@ -4,7 +4,7 @@ import torch
 from train_helpers import EXAMPLES
 
 from elfreg.text.load import load_frozen_text
-from elfreg.train.batch import build_canvas, example_indices, make_batch
+from elfreg.train.batch import build_canvas, example_indices, make_batch, prompt_drops
 from elfreg.train.feature_cache import FeatureCache
 
 CPU = torch.device("cpu")
@@ -64,8 +64,39 @@ def test_feature_cache_runs_the_frozen_forward_on_unseen_rows_only(tiny_cfg, mon
     make_batch(frozen, EXAMPLES, [1, 3], False, CPU, cache)
     rows = []
     real = frozen.encoder.encode
-    monkeypatch.setattr(frozen.encoder, "encode", lambda tokens: rows.append(tokens.shape[0]) or real(tokens))
+    monkeypatch.setattr(frozen.encoder, "encode",
+                        lambda tokens, mask=None: rows.append(tokens.shape[0]) or real(tokens, mask))
     mixed = make_batch(frozen, EXAMPLES, [0, 1, 2, 3], False, CPU, cache)
     assert rows == [2] and len(cache) == 4 and mixed.teacher is None
     fresh = make_batch(frozen, EXAMPLES, [0, 1, 2, 3], False, CPU)
     torch.testing.assert_close(mixed.x, fresh.x, rtol=1e-5, atol=1e-5)
+
+
+def test_prompt_drops_are_a_rank_free_function_of_the_row_with_the_asked_rate():
+    drops = prompt_drops(seed=1, micro=5, positions=range(4000), prob=0.1)
+    assert 0.08 < sum(drops) / 4000 < 0.12
+    assert prompt_drops(1, 5, [7, 8, 9], 0.1) == drops[7:10]  # a rank's share draws what one process draws
+    assert prompt_drops(1, 6, range(4000), 0.1) != drops and not any(prompt_drops(1, 5, range(50), 0.0))
+
+
+def test_a_dropped_prompt_is_zeros_and_its_answer_is_read_without_it(tiny_cfg):
+    """ELF's label drop: the row's prompt positions hold zeros, its answer states and teacher targets
+    are those of the answer read alone (the answer moved to the canvas start, then back)."""
+    frozen = _frozen(tiny_cfg)
+    batch = make_batch(frozen, EXAMPLES, [3, 1], True, CPU, dropped=[True, False])
+    kept = make_batch(frozen, EXAMPLES, [3, 1], True, CPU)
+    p = int(batch.canvas.prompt_lens[0])
+    assert torch.all(batch.x[0, :p] == 0) and torch.all(batch.teacher.repa[0, :p] == 0)
+    torch.testing.assert_close(batch.x[1], kept.x[1], rtol=0, atol=0)  # the other row is untouched
+    answer = batch.canvas.tokens[0, p:]
+    alone = frozen.encoder.encode(torch.cat([answer, answer.new_full((p,), frozen.tokenizer.eos_token_id)])[None])
+    torch.testing.assert_close(batch.x[0, p:], alone[0, :-p], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(batch.x[0, p:], kept.x[0, p:], atol=1e-3)  # the prompt did matter
+    assert not torch.allclose(batch.teacher.reg[0], kept.teacher.reg[0], atol=1e-3)
+    # with the feature cache: the same features, and a dropped row is never stored
+    cache = FeatureCache()
+    cached = make_batch(frozen, EXAMPLES, [3, 1], True, CPU, cache, dropped=[True, False])
+    assert cache.missing([3, 1]) == [0]
+    torch.testing.assert_close(cached.x, batch.x, rtol=1e-5, atol=1e-5)
+    for name in ("repa", "reg", "reg_repa"):
+        torch.testing.assert_close(getattr(cached.teacher, name), getattr(batch.teacher, name), rtol=1e-5, atol=1e-5)

@@ -6,7 +6,8 @@ Overflow policy (counted in :class:`CanvasStats`):
 - an answer longer than the room left keeps its first tokens and gets no EOS; such examples are
   counted so a data pipeline can drop them or grow the canvas.
 The answer may use every position after the actual prompt, so examples with short prompts get
-longer answer regions.
+longer answer regions. A prompt may be empty: an unconditional model's canvas (ELF's OpenWebText
+models) is all answer.
 """
 
 from __future__ import annotations
@@ -61,6 +62,20 @@ class Canvas:
         """The canvas of the given batch rows."""
         return Canvas(*(t[rows] for t in self._fields()))
 
+    def without_prompt(self, eos_id: int) -> Canvas:
+        """Each row's answer region moved to position 0, its prompt removed and EOS padding after:
+        what the frozen models read for an example whose prompt is dropped in training (ELF's
+        label drop, ``flow.prompt_drop``). :func:`back_to_canvas` puts their states back in place."""
+        length = self.tokens.shape[1]
+        source = torch.arange(length, device=self.tokens.device)[None, :] + self.prompt_lens[:, None]
+        inside = source < length
+        source = source.clamp(max=length - 1)
+        tokens = torch.where(inside, self.tokens.gather(1, source), eos_id)
+        special = torch.where(inside, self.special_mask.gather(1, source), True)
+        content = torch.where(inside, self.content_mask.gather(1, source), False)
+        none = torch.zeros_like(self.prompt_mask)
+        return Canvas(tokens, none, content, special, torch.zeros_like(self.prompt_lens))
+
 
 @dataclass
 class CanvasBuilder:
@@ -93,8 +108,6 @@ class CanvasBuilder:
         for i, prompt in enumerate(prompts):
             ans = [] if answers is None else answers[i]
             p_keep, a_keep, _ = (int(v) for v in fit_lengths(len(prompt), len(ans), self.canvas_len, self.prompt_cap))
-            if p_keep == 0:
-                raise ValueError("empty prompt: the canvas needs at least one prompt token")
             self.stats.prompts_truncated += int(p_keep < len(prompt))
             self.stats.answers_truncated += int(a_keep >= self.canvas_len - p_keep)
             ids = list(prompt[len(prompt) - p_keep:]) + list(ans[:a_keep])
@@ -108,6 +121,18 @@ class CanvasBuilder:
         special_mask = torch.isin(tokens, self._special)
         content_mask = ~prompt_mask & ~special_mask
         return Canvas(tokens, prompt_mask, content_mask, special_mask, prompt_lens)
+
+
+def back_to_canvas(values: torch.Tensor, prompt_lens: torch.Tensor) -> torch.Tensor:
+    """Per-position values (B, L, …) read on :meth:`Canvas.without_prompt` canvases, moved back to
+    the original positions (the answer after its prompt); prompt positions hold zeros."""
+    length = values.shape[1]
+    pos = torch.arange(length, device=values.device)[None, :]
+    source = pos - prompt_lens.to(values.device)[:, None]
+    inside = source >= 0
+    index = source.clamp(min=0).reshape(*source.shape, *([1] * (values.dim() - 2))).expand_as(values)
+    moved = values.gather(1, index)
+    return torch.where(inside.reshape(*inside.shape, *([1] * (values.dim() - 2))), moved, torch.zeros_like(moved))
 
 
 def token_ids(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str]) -> list[list[int]]:

@@ -12,7 +12,7 @@ from ..config import TextConfig
 from ..device import use_bf16
 from ..plugins import model_scheme, resolve_model_id
 from .canvas import CanvasBuilder
-from .frozen import FrozenEncoder, FrozenTeacher, load_causal_lm
+from .frozen import FrozenEncoder, FrozenTeacher, load_causal_lm, load_encoder_lm
 from .tokenizer import check_shared_vocabulary, load_tokenizer
 
 
@@ -43,8 +43,8 @@ def load_frozen_text(cfg: TextConfig, with_teacher: bool, device: torch.device |
     tokenizer = load_tokenizer(cfg.tokenizer or cfg.encoder,
                                cfg.encoder_revision if cfg.tokenizer is None else None)
     weights = None if bf16 else torch.float32
-    encoder = FrozenEncoder(load_causal_lm(cfg.encoder, cfg.encoder_revision).to(device, weights),
-                            cfg.encoder_layer, bf16)
+    encoder = FrozenEncoder(load_encoder_lm(cfg.encoder, cfg.encoder_revision).to(device, weights),
+                            cfg.encoder_layer, bf16, cfg.standardize, cfg.latent_mean, cfg.latent_std)
     teacher = None
     if with_teacher:
         if not cfg.teacher:

@@ -10,7 +10,7 @@ import torch
 from ..device import autocast
 from ..flow.objective import TrainBatch, elf_reg_loss
 from ..text.canvas import Canvas
-from .batch import example_indices, make_batch, rank_share, row_draws
+from .batch import example_indices, make_batch, prompt_drops, rank_share, row_draws
 from .build import Run
 from .optim import lr_at
 from .parallel import backward_scale, no_gradient_sync
@@ -47,11 +47,13 @@ def micro_rows(run: Run, k: int) -> list[int]:
 def micro_batch(run: Run, k: int) -> TrainBatch:
     """This rank's share of micro-batch ``k`` of the run (0-based, counted over all steps): of the
     ``train.batch_size`` examples at positions ``[k·B, (k+1)·B)`` of the data order, the rows
-    :func:`micro_rows` names (all of them on one process)."""
+    :func:`micro_rows` names (all of them on one process), those :func:`prompt_drops` picks
+    without their prompt."""
     tc = run.cfg.train
     rows = micro_rows(run, k)
     indices = example_indices(len(run.examples), tc.seed, k * tc.batch_size + rows[0], len(rows))
-    return make_batch(run.frozen, run.examples, indices, run.with_teacher, run.device, run.cache)
+    dropped = prompt_drops(tc.seed, k, rows, run.cfg.flow.prompt_drop)
+    return make_batch(run.frozen, run.examples, indices, run.with_teacher, run.device, run.cache, dropped)
 
 
 def train_step(run: Run, step: int) -> StepResult:
