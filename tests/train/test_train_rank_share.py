@@ -13,7 +13,8 @@ from elfreg.flow.objective import elf_reg_loss
 from elfreg.train.batch import make_batch, rank_share, row_draws
 from elfreg.train.build import build_run, calibrate_reg
 from elfreg.train.loop import train
-from elfreg.train.optim import MuonWithAdamW, make_optimizer
+from elfreg.train.muon import ElfMuon
+from elfreg.train.optim import make_optimizer
 from elfreg.train.step import train_step
 
 
@@ -86,15 +87,15 @@ def test_activation_checkpointing_changes_no_number(tiny_cfg):
     assert all(torch.allclose(g_ckpt[k], v, rtol=1e-5, atol=1e-7) for k, v in g_plain.items())
 
 
-def test_muon_updates_the_block_matrices_and_adamw_the_rest(tiny_cfg, tmp_path):
+def test_muon_updates_every_matrix_and_nesterov_adam_the_rest(tiny_cfg, tmp_path):
     cfg = tiny_cfg(train={"optimizer": "muon"})
     run = build_run(cfg, EXAMPLES)
     opt = make_optimizer(run.student, cfg.train)
-    assert isinstance(opt, MuonWithAdamW)
-    muon, adamw = ({id(p) for g in o.param_groups for p in g["params"]} for o in opt.optimizers)
-    blocks = {id(p) for p in run.student.blocks.parameters() if p.dim() == 2}
-    assert muon == blocks and not muon & adamw
-    assert muon | adamw == {id(p) for p in run.student.parameters()}
+    assert isinstance(opt, ElfMuon)
+    muon, adam = ({id(p) for p in g["params"]} for g in opt.param_groups)
+    assert [g["use_muon"] for g in opt.param_groups] == [True, False]
+    assert muon == {id(p) for p in run.student.parameters() if p.dim() == 2} and not muon & adam
+    assert muon | adam == {id(p) for p in run.student.parameters()}
     # the schedule sets every group's lr, and a resumed Muon run continues exactly
     straight = tiny_cfg(train={"optimizer": "muon", "steps": 4, "out_dir": str(tmp_path / "a")})
     train(straight, EXAMPLES)

@@ -1,4 +1,5 @@
-"""AdamW (or Muon with AdamW) with linear warmup and a cosine (or constant) schedule."""
+"""AdamW (or ELF's Muon, :mod:`elfreg.train.muon`) with linear warmup and a cosine (or constant)
+schedule."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 from torch import nn
 
 from ..config import TrainConfig
+from .muon import ElfMuon
 
 
 def scheduled_lr(step: int, lr: float, warmup_steps: int, total_steps: int, floor_ratio: float,
@@ -56,55 +58,16 @@ def adamw_kwargs(params: list[torch.Tensor], impl: AdamWImpl = "auto") -> dict[s
     return {"fused": True} if plain and params else {}
 
 
-def make_optimizer(model: nn.Module, cfg: TrainConfig,
-                   impl: AdamWImpl = "auto") -> torch.optim.Optimizer | MuonWithAdamW:
+def make_optimizer(model: nn.Module, cfg: TrainConfig, impl: AdamWImpl = "auto") -> torch.optim.Optimizer:
     """AdamW, weight decay only on matrices (not norms, biases or single tokens); or, with
-    ``train.optimizer: muon``, Muon on the matrices of the Transformer blocks and AdamW on the
-    rest (embeddings, conditioning, input/output projections, heads, norms), as in ELF's code.
-    Muon's step is scaled to AdamW's RMS (``adjust_lr_fn="match_rms_adamw"``), so both follow the
-    one learning-rate schedule. ``impl`` picks how AdamW's update runs (:data:`AdamWImpl`; the
-    fused kernel by default, which is faster on CPU and gives the same weights up to rounding)."""
-    blocks = {id(p) for p in model.blocks.parameters()} if cfg.optimizer == "muon" else set()
+    ``train.optimizer: muon``, ELF's Muon (:class:`~elfreg.train.muon.ElfMuon`): Muon on every
+    matrix and Nesterov-Adam on the rest, one learning rate and schedule for both. ``impl`` picks
+    how AdamW's update runs (:data:`AdamWImpl`; the fused kernel by default, which is faster on
+    CPU and gives the same weights up to rounding)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    muon = [p for p in params if id(p) in blocks and p.dim() == 2]
-    rest = [p for p in params if id(p) not in {id(q) for q in muon}]
-    decay = [p for p in rest if p.dim() >= 2]
-    no_decay = [p for p in rest if p.dim() < 2]
+    if cfg.optimizer == "muon":
+        return ElfMuon(params, lr=cfg.lr, momentum=cfg.muon_momentum, weight_decay=cfg.weight_decay)
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    adamw = torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), **adamw_kwargs(rest, impl))
-    if not muon:
-        return adamw
-    return MuonWithAdamW(torch.optim.Muon(muon, lr=cfg.lr, weight_decay=cfg.weight_decay,
-                                          momentum=cfg.muon_momentum, adjust_lr_fn="match_rms_adamw"), adamw)
-
-
-class MuonWithAdamW:
-    """Two optimisers stepped as one: ``param_groups`` lists both (the schedule sets every
-    group's ``lr``), ``state_dict`` holds both."""
-
-    def __init__(self, muon: torch.optim.Optimizer, adamw: torch.optim.Optimizer):
-        self.optimizers = [muon, adamw]
-
-    @property
-    def param_groups(self) -> list[dict]:
-        return [g for opt in self.optimizers for g in opt.param_groups]
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for opt in self.optimizers:
-            opt.zero_grad(set_to_none=set_to_none)
-
-    def step(self) -> None:
-        for opt in self.optimizers:
-            opt.step()
-
-    def state_dict(self) -> dict:
-        return {"muon": self.optimizers[0].state_dict(), "adamw": self.optimizers[1].state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.optimizers[0].load_state_dict(state["muon"])
-        self.optimizers[1].load_state_dict(state["adamw"])
-
-
-def optimizers_of(optimizer: torch.optim.Optimizer | MuonWithAdamW) -> list[torch.optim.Optimizer]:
-    """The torch optimisers behind a run's optimiser (what distributed state dicts take)."""
-    return list(optimizer.optimizers) if isinstance(optimizer, MuonWithAdamW) else [optimizer]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), **adamw_kwargs(params, impl))

@@ -34,7 +34,7 @@ from torch.distributed.checkpoint.state_dict import (
 from ..checkpoint import SHARDED, Checkpoint, write_checkpoint
 from ..model.presets import student_from_config
 from ..text.load import FrozenText
-from .optim import make_optimizer, optimizers_of
+from .optim import make_optimizer
 
 if TYPE_CHECKING:
     from .build import Run
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 def _state(run: Run) -> dict:
     """This run's state as DCP saves and loads it (model and EMA keyed by parameter name)."""
-    opts = optimizers_of(run.optimizer)
+    opts = [run.optimizer]
     state = {"model": get_model_state_dict(run.student), "ema": run.ema.shadow,
              "optim": get_optimizer_state_dict(run.student, opts)}
     if run.with_teacher:
@@ -63,7 +63,7 @@ def save_sharded(run: Run, step: int, meta: dict) -> Path:
 
 def restore(run: Run, ckpt: Checkpoint) -> None:
     """Load ``ckpt`` (either form) into ``run``: weights, EMA, optimiser, REG statistics."""
-    opts = optimizers_of(run.optimizer)
+    opts = [run.optimizer]
     if ckpt.sharded:
         state = _state(run)
         _keep_saved_optimizer_slots(state["optim"]["state"], ckpt.path / SHARDED)
@@ -107,7 +107,7 @@ def _whole_state(run: Run, ckpt: Checkpoint) -> tuple[dict, dict, dict, dict | N
     opt = make_optimizer(whole, run.cfg.train)
     state = ckpt.train_state()
     opt.load_state_dict(state["optimizer"])
-    model_sd, optim_sd = get_state_dict(whole, optimizers_of(opt))
+    model_sd, optim_sd = get_state_dict(whole, [opt])
     extra = {k: state[k] for k in ("reg_mean", "reg_std")} if "reg_mean" in state else None
     return model_sd, optim_sd, ckpt.ema_state(), extra
 
@@ -130,7 +130,6 @@ def shard_frozen(frozen: FrozenText) -> None:
     for model in (frozen.encoder, frozen.teacher):
         if model is None:
             continue
-        base = model.reader.base
-        for layer in base.layers:
+        for layer in model.reader.blocks:
             fully_shard(layer)
-        fully_shard(base)
+        fully_shard(model.reader.base)
