@@ -1,4 +1,7 @@
-"""``elfreg lm-eval``: an lm-evaluation-harness run of a checkpoint (docs/interop.md).
+"""The interop room's commands: ``elfreg lm-eval`` (docs/interop.md) and ``elfreg import-elf``
+(docs/elf.md).
+
+``elfreg lm-eval``: an lm-evaluation-harness run of a checkpoint.
 
     elfreg lm-eval --checkpoint DIR --tasks T[,T2] [--include-path P] [--limit N]
                    [--model-args sampler=early-stop,nfe=64,sc_cfg=3,seed=0] [--out DIR]
@@ -8,6 +11,11 @@ setting and the adapter's keys, strictly checked before the checkpoint loads) an
 ``lm_eval.simple_evaluate`` with a task manager that also reads ``--include-path``. Prints
 lm-eval's results table; ``--out`` writes ``results.json`` and one ``samples_TASK.jsonl`` per
 task. Needs the ``lm-eval`` extra; without it the command fails with one line.
+
+``elfreg import-elf``: an ELF checkpoint (a file, a folder of ``checkpoint_<step>`` files, or a Hub
+repo) and its training YAML as an elfreg checkpoint (:mod:`elfreg.interop.elf_import`);
+``--check`` runs a parity file made by ELF's own code through the imported student
+(:mod:`elfreg.interop.elf_parity`) and exits 1 unless every case matches.
 """
 
 from __future__ import annotations
@@ -74,7 +82,41 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def import_elf_command(args: argparse.Namespace) -> int:
+    from .elf_import import import_elf
+    from .elf_parity import check_parity
+
+    out, student = import_elf(args.checkpoint, args.elf_config, args.out, args.weights, args.override, args.revision)
+    print(f"imported {args.weights} weights of {args.checkpoint} into {out} ({student.cfg.depth} blocks, width "
+          f"{student.cfg.width}, {student.cfg.heads} heads, vocabulary {student.vocab_size})")
+    if not args.check:
+        return 0
+    results = check_parity(student, args.check)
+    for result in results:
+        print(result.line())
+    failed = sum(not r.ok for r in results)
+    print(f"parity with {args.check}: {len(results) - failed} of {len(results)} cases within tolerance")
+    return 1 if failed else 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("import-elf", help="convert an ELF checkpoint into an elfreg checkpoint (docs/elf.md)",
+                       description="Convert a checkpoint of ELF (arXiv 2605.10938, branch pytorch_elf) into an "
+                                   "elfreg checkpoint that elfreg sample, eval and train.init_from read.")
+    p.add_argument("--checkpoint", required=True,
+                   help="an ELF checkpoint_<step> file, a folder of them (the newest), or a Hub repo id")
+    p.add_argument("--elf-config", required=True, help="the model's ELF training YAML (encoder, latents, settings)")
+    p.add_argument("--out", required=True, help="the elfreg checkpoint folder to create (must not exist)")
+    p.add_argument("--weights", choices=("params", "ema"), default="ema",
+                   help="which of ELF's weights to import (default: ema, what ELF samples with)")
+    p.add_argument("--revision", help="Hub revision of --checkpoint")
+    p.add_argument("--check", metavar="CASES.safetensors",
+                   help="a parity file of ELF's forward (tools/elf_reference.py): one line per case, exit 1 "
+                        "unless every output is within 1e-4 x max(1, max |reference|)")
+    p.add_argument("override", nargs="*", help="key.sub=value overrides of the written config, e.g. "
+                                               "text.encoder=/local/t5-small")
+    p.set_defaults(func=import_elf_command)
+
     p = sub.add_parser("lm-eval", help="evaluate a checkpoint with lm-evaluation-harness (generative tasks)",
                        description="Run lm-evaluation-harness tasks (generate_until only) on an ELF-REG "
                                    "checkpoint. Needs: pip install 'elfreg[lm-eval]'.")

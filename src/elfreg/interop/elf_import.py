@@ -1,0 +1,297 @@
+"""ELF checkpoints as elfreg checkpoints: ``elfreg import-elf`` (docs/elf.md).
+
+ELF (arXiv 2605.10938; its PyTorch code, branch ``pytorch_elf``) saves a ``torch.save`` payload
+per checkpoint, a file ``checkpoint_<step>`` holding ``params`` (the network's state dict) and
+``ema_params1`` (its EMA, the same names) among the optimiser state. elfreg's student is ELF's
+network (:mod:`elfreg.model.student`), so a checkpoint converts tensor for tensor:
+
+- every size comes from the tensors (depth, width, heads from the q/k-norm size, the three prefix
+  token counts, the bottleneck, the encoder width, the SwiGLU width, the vocabulary), never from
+  the YAML's ``model:`` name, so models no ELF preset names import too;
+- everything else (encoder, latent mean and std, canvas length, objective and sampling settings)
+  comes from ELF's training YAML, with ELF's own defaults for keys it leaves out;
+- q and k projections (and their norm weights) have each head's dimensions reordered from ELF's
+  adjacent RoPE pairs (2i, 2i + 1) to elfreg's halves (i, i + head_dim/2): the same function;
+- the decoder's ``(in, out)`` kernels become ``nn.Linear`` weights (transposed).
+
+The result is an ordinary elfreg checkpoint folder (no teacher: ELF has none), which
+``elfreg sample``, ``elfreg eval`` and ``train.init_from`` read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import yaml
+from safetensors.torch import save_file
+
+from ..config import SAMPLING_PRESETS, Config, apply_override
+from ..model.presets import student_from_config
+from ..model.student import STUDENT_FORMAT, Student
+
+Weights = Literal["params", "ema"]
+PAYLOAD_KEYS = {"params": "params", "ema": "ema_params1"}
+_STEP = re.compile(r"checkpoint_(\d+)$")
+
+# ELF's Config defaults (src/configs/config.py) for the keys the conversion reads.
+ELF_DEFAULTS: dict[str, Any] = {
+    "encoder_model_name": "t5-small", "tokenizer_name": None, "latent_mean": 0.0, "latent_std": 1.0,
+    "max_length": 128, "max_input_length": None, "pad_token": "pad", "denoiser_p_mean": 0.8,
+    "denoiser_p_std": 0.8, "denoiser_noise_scale": 1.0, "t_eps": 0.05, "decoder_prob": 0.5,
+    "decoder_noise_scale": 1.0, "decoder_p_mean": 0.8, "decoder_p_std": 0.8, "label_drop_prob": 0.0,
+    "self_cond_prob": 0.5, "self_cond_cfg_min": 0.5, "self_cond_cfg_max": 5.0, "proj_dropout": 0.0,
+    "global_batch_size": 512, "lr": None, "blr": 5e-5, "warmup_steps": 5000, "lr_schedule": "constant",
+    "weight_decay": 0.0, "optimizer": "muon", "ema_decay1": 0.9999, "seed": 0, "time_schedule": "logit_normal",
+}
+
+
+class ElfImportError(ValueError):
+    """An ELF checkpoint or training YAML that cannot be converted; the message names it."""
+
+
+def find_elf_checkpoint(source: str | Path, revision: str | None = None) -> Path:
+    """The checkpoint file of ``source``: a ``checkpoint_<step>`` file itself, the newest such file
+    of a folder, or of a Hugging Face Hub repo (downloaded with ``huggingface_hub``)."""
+    path = Path(source).expanduser()
+    if path.is_file():
+        return path
+    if not path.exists():
+        if str(source).startswith((".", "/", "~")) or str(source).count("/") != 1:
+            raise FileNotFoundError(f"no ELF checkpoint at {source} (a file, a folder, or a Hub repo id org/name)")
+        from huggingface_hub import snapshot_download
+
+        path = Path(snapshot_download(repo_id=str(source), revision=revision))
+    found = sorted((int(m.group(1)), p) for p in path.rglob("checkpoint_*")
+                   if p.is_file() and (m := _STEP.search(p.name)))
+    if not found:
+        raise ElfImportError(f"{source} holds no ELF checkpoint file (checkpoint_<step>)")
+    return found[-1][1]
+
+
+def load_elf_payload(file: Path) -> dict[str, Any]:
+    """ELF's ``torch.save`` payload, read without running pickled code (``weights_only``)."""
+    try:
+        payload = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - torch.load raises many kinds for a bad file
+        raise ElfImportError(f"cannot read ELF checkpoint {file}: {str(err).strip().splitlines()[0]}") from err
+    if not isinstance(payload, dict) or "params" not in payload:
+        raise ElfImportError(f"{file} is not an ELF checkpoint (no 'params' state dict)")
+    return payload
+
+
+@dataclass(frozen=True)
+class ElfSizes:
+    """The network's sizes, read from its tensors."""
+
+    depth: int
+    width: int
+    heads: int
+    mlp_hidden: int
+    bottleneck: int
+    enc_dim: int
+    vocab: int
+    time_tokens: int
+    cfg_tokens: int
+    mode_tokens: int
+    freq_dim: int
+
+
+def elf_sizes(params: dict[str, torch.Tensor]) -> ElfSizes:
+    """:class:`ElfSizes` of an ELF state dict (``ElfImportError`` naming a missing tensor)."""
+    def shape(name: str) -> tuple[int, ...]:
+        if name not in params:
+            raise ElfImportError(f"not an ELF network: no tensor {name!r}")
+        return tuple(params[name].shape)
+
+    depth = 1 + max((int(m.group(1)) for k in params if (m := re.match(r"blocks\.(\d+)\.", k))), default=-1)
+    if depth < 1:
+        raise ElfImportError("not an ELF network: no blocks.<i>.* tensors")
+    width = shape("blocks.0.attn.qkv.weight")[1]
+    head_dim = shape("blocks.0.attn.q_norm.weight")[0]
+    cfg_tokens = shape("self_cond_cfg_tokens")[1] if "self_cond_cfg_tokens" in params else 0
+    mode_tokens = shape("mode_tokens")[1] if "mode_tokens" in params else 0
+    return ElfSizes(depth=depth, width=width, heads=width // head_dim, mlp_hidden=shape("blocks.0.mlp.w3.weight")[1],
+                    bottleneck=shape("text_proj.proj1.weight")[0], enc_dim=shape("self_cond_proj.weight")[0],
+                    vocab=shape("unembed_kernel")[1], time_tokens=shape("t_emb_tokens")[1], cfg_tokens=cfg_tokens,
+                    mode_tokens=mode_tokens, freq_dim=shape("t_embedder.mlp_0.weight")[1])
+
+
+def rope_halves(head_dim: int) -> torch.Tensor:
+    """The order that takes a head's dimensions from ELF's RoPE pairs (2i, 2i + 1) to elfreg's
+    halves (i, i + head_dim/2): new i ← old 2i, new i + head_dim/2 ← old 2i + 1."""
+    return torch.cat([torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)])
+
+
+def _qk_reordered(tensor: torch.Tensor, width: int, heads: int) -> torch.Tensor:
+    """A qkv weight (3H, H) or bias (3H,) with the q and k rows of every head reordered."""
+    head_dim = width // heads
+    order = torch.arange(3 * width).reshape(3, heads, head_dim)
+    order[:2] = order[:2][..., rope_halves(head_dim)]
+    return tensor[order.reshape(-1)]
+
+
+def to_elfreg_state(params: dict[str, torch.Tensor], sizes: ElfSizes) -> dict[str, torch.Tensor]:
+    """ELF's tensors under elfreg's names and layouts (see the module docstring)."""
+    renames = [
+        (r"text_proj\.proj1\.", "text_down."), (r"text_proj\.proj2\.", "text_up."),
+        (r"t_embedder\.mlp_0\.", "prefix.time_embedder.mlp_in."),
+        (r"t_embedder\.mlp_2\.", "prefix.time_embedder.mlp_out."),
+        (r"self_cond_cfg_embedder\.mlp_0\.", "prefix.cfg_embedder.mlp_in."),
+        (r"self_cond_cfg_embedder\.mlp_2\.", "prefix.cfg_embedder.mlp_out."),
+        (r"^t_emb_tokens$", "prefix.time_tokens"), (r"^self_cond_cfg_tokens$", "prefix.cfg_tokens"),
+        (r"^mode_tokens$", "prefix.mode_tokens"), (r"\.norm1\.", ".attn_norm."), (r"\.norm2\.", ".mlp_norm."),
+        (r"\.mlp\.w12\.", ".mlp.gate_up."), (r"\.mlp\.w3\.", ".mlp.down."),
+        (r"final_layer\.norm_final\.", "final_layer.norm."),
+    ]
+    head_order = rope_halves(sizes.width // sizes.heads)
+    out = {}
+    for name, value in params.items():
+        value = value.detach().float().contiguous()
+        if name == "proj_kernel":
+            out["dec_proj.weight"] = value.T.contiguous()
+            continue
+        if name in ("proj_bias", "unembed_bias"):
+            out[{"proj_bias": "dec_proj.bias", "unembed_bias": "vocab_head.bias"}[name]] = value
+            continue
+        if name == "unembed_kernel":
+            out["vocab_head.weight"] = value.T.contiguous()
+            continue
+        if name.endswith("attn.qkv.weight") or name.endswith("attn.qkv.bias"):
+            value = _qk_reordered(value, sizes.width, sizes.heads)
+        elif name.endswith(("attn.q_norm.weight", "attn.k_norm.weight")):
+            value = value[head_order]
+        for pattern, new in renames:
+            name = re.sub(pattern, new, name)
+        out[name] = value.contiguous()
+    return out
+
+
+def _elf_setting(elf: dict[str, Any], key: str) -> Any:
+    return elf[key] if elf.get(key) is not None else ELF_DEFAULTS[key]
+
+
+def elfreg_config(sizes: ElfSizes, elf: dict[str, Any], overrides: list[str] | None = None) -> Config:
+    """The elfreg config of an ELF model: sizes from the tensors, the rest from ELF's training YAML
+    (``elf``, a mapping; ELF's defaults for absent keys), then ``key=value`` overrides."""
+    get = lambda key: _elf_setting(elf, key)  # noqa: E731
+    max_length = int(get("max_length"))
+    conditional = get("max_input_length") is not None
+    lr = get("lr") if get("lr") and get("lr") > 0 else get("blr") * get("global_batch_size") / 256
+    data = {
+        "text": {"encoder": get("encoder_model_name"), "tokenizer": get("tokenizer_name"), "encoder_layer": -1,
+                 "standardize": "global", "latent_mean": float(get("latent_mean")),
+                 "latent_std": float(get("latent_std")), "teacher": None, "canvas_len": max_length,
+                 "prompt_cap": int(get("max_input_length")) if conditional else max_length - 1},
+        "model": {"width": sizes.width, "depth": sizes.depth, "heads": sizes.heads, "mlp_hidden": sizes.mlp_hidden,
+                  "vocab_size": sizes.vocab,
+                  "bottleneck": sizes.bottleneck, "time_tokens": sizes.time_tokens, "cfg_tokens": sizes.cfg_tokens,
+                  "mode_tokens": sizes.mode_tokens, "time_freq_dim": sizes.freq_dim, "bias": True,
+                  "dropout": float(get("proj_dropout")), "repa_block": 1},
+        "flow": {"sigma": float(get("denoiser_noise_scale")), "c_min": float(get("t_eps")),
+                 "t_logit_mean": float(get("denoiser_p_mean")), "t_logit_std": float(get("denoiser_p_std")),
+                 "sc_prob": float(get("self_cond_prob")), "w_min": float(get("self_cond_cfg_min")),
+                 "w_max": float(get("self_cond_cfg_max")), "decode_prob": float(get("decoder_prob")),
+                 "decode_lambda_mean": float(get("decoder_p_mean")), "decode_lambda_std": float(get("decoder_p_std")),
+                 "decode_noise_scale": float(get("decoder_noise_scale")),
+                 "prompt_drop": float(get("label_drop_prob"))},
+        "loss": {"repa": False, "extra_token": "none"},
+        "train": {"optimizer": "muon" if get("optimizer") == "muon" else "adamw", "lr": float(lr),
+                  "batch_size": int(get("global_batch_size")), "warmup_steps": max(0, int(get("warmup_steps"))),
+                  "schedule": "cosine" if get("lr_schedule") == "cosine" else "constant",
+                  "weight_decay": float(get("weight_decay")), "ema_decay": float(get("ema_decay1")),
+                  "seed": int(get("seed"))},
+        "sample": {**SAMPLING_PRESETS["elf-cond" if conditional else "elf-uncond"],
+                   "full_span_grid": "uniform" if get("time_schedule") == "uniform" else "logit-normal"},
+    }
+    for item in overrides or []:
+        apply_override(data, item)
+    return Config.from_dict(data)
+
+
+def read_elf_yaml(path: str | Path) -> dict[str, Any]:
+    """ELF's training YAML as a mapping (one-line errors for a missing or malformed file)."""
+    try:
+        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise ElfImportError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from err
+    if not isinstance(loaded, dict):
+        raise ElfImportError(f"{path}: an ELF training YAML is a mapping of settings")
+    return loaded
+
+
+def imported_student(payload: dict[str, Any], weights: Weights, cfg: Config, sizes: ElfSizes) -> Student:
+    """The elfreg student holding ``weights`` (params or EMA) of an ELF payload, in eval mode."""
+    if weights not in PAYLOAD_KEYS:
+        raise ElfImportError(f"--weights must be params or ema, not {weights!r}")
+    tensors = payload.get(PAYLOAD_KEYS[weights])
+    if not isinstance(tensors, dict) or not tensors:
+        raise ElfImportError(f"the checkpoint has no {PAYLOAD_KEYS[weights]!r} weights")
+    student = student_from_config(cfg, sizes.enc_dim, sizes.vocab, None)
+    state = to_elfreg_state(tensors, sizes)
+    expected = student.state_dict()
+    missing, extra = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
+    if missing or extra:
+        raise ElfImportError(f"ELF's tensors do not map onto the student: missing {missing[:3]}, "
+                             f"unexpected {extra[:3]}")
+    for name, value in state.items():
+        if value.shape != expected[name].shape:
+            raise ElfImportError(f"{name}: ELF's tensor has shape {tuple(value.shape)}, the student "
+                                 f"{tuple(expected[name].shape)}")
+    student.load_state_dict(state)
+    return student.eval()
+
+
+def _sha256(file: Path) -> str:
+    digest = hashlib.sha256()
+    with open(file, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def import_elf(checkpoint: str | Path, elf_config: str | Path, out: str | Path, weights: Weights = "ema",
+               overrides: list[str] | None = None, revision: str | None = None) -> tuple[Path, Student]:
+    """Convert an ELF checkpoint into the elfreg checkpoint folder ``out`` (which must not exist):
+    ``weights`` (``params`` or ``ema``) become both its weights and its EMA, so sampling (EMA by
+    default) and ``train.init_from`` (weights) read the same ones. Written to a temporary folder
+    and renamed into place. Returns the folder and the imported student."""
+    out = Path(out)
+    if out.exists():
+        raise FileExistsError(f"{out} already exists; choose a new --out")
+    file = find_elf_checkpoint(checkpoint, revision)
+    payload = load_elf_payload(file)
+    sizes = elf_sizes(payload["params"])
+    cfg = elfreg_config(sizes, read_elf_yaml(elf_config), overrides)
+    student = imported_student(payload, weights, cfg, sizes)
+    step = int(payload.get("step") or 0)
+    meta = {"student_format": STUDENT_FORMAT, "step": step, "enc_dim": sizes.enc_dim, "vocab_size": sizes.vocab,
+            "teacher_dim": None, "imported_from": {
+                "format": "ELF (pytorch_elf)", "checkpoint": str(checkpoint), "file": file.name,
+                "sha256": _sha256(file), "weights": weights, "epoch": payload.get("epoch"),
+                "elf_config": str(elf_config), "revision": revision}}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".tmp-{out.name}-"))
+    try:
+        state = {k: v.detach().contiguous() for k, v in student.state_dict().items()}
+        save_file(state, tmp / "model.safetensors")
+        save_file(state, tmp / "ema.safetensors")
+        torch.save({"optimizer": None}, tmp / "train_state.pt")
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+        cfg.save(tmp / "config.yaml")
+        for f in (f for f in tmp.rglob("*") if f.is_file()):
+            with open(f, "rb+") as fh:
+                os.fsync(fh.fileno())
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out, student
