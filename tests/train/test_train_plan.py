@@ -55,8 +55,34 @@ def test_a_plan_scales_with_gpus_and_shards_memory_under_fsdp2():
     assert sharded.memory["frozen_models"] == pytest.approx(one.memory["frozen_models"] / 8)
     epochs = make_plan(cfg, 8, 989, 0.35, examples=2_404_028, epochs=12)
     assert epochs.steps == -(-12 * 2_404_028 // 512) and epochs.tokens_per_epoch == 2_404_028 * 1024
-    with pytest.raises(ValueError, match="--examples"):
-        make_plan(cfg, 8, 989, 0.35, epochs=12)
+    for flag, bad in (("--gpus", (0, 989, 0.3)), ("--peak-tflops", (8, 0, 0.3)), ("--mfu", (8, 989, 1.5))):
+        with pytest.raises(ValueError, match=flag):
+            make_plan(cfg, *bad)
+
+
+def test_the_paper_budget_comes_from_the_config_alone(tmp_path):
+    """configs/elf-reg-b-gsm8k.yaml says 12 epochs and data.paper: gsm8k; without prepared data the
+    plan takes Table 8's 2,404,028 examples, and says so. Prepared data's stats.json wins."""
+    cfg = Config.load(REG_B)
+    plan = make_plan(cfg, 8, 989, 0.209)
+    assert plan.data.examples == 2_404_028 and "Table 8" in plan.data.source
+    assert plan.steps == -(-12 * 2_404_028 // 512) and plan.budget == "12 epochs"
+    assert 100 < plan.gpu_hours < 1000  # the paper's 407.9 H200 GPU-hours is of this order
+    prepared = tmp_path / "prepared"
+    prepared.mkdir()
+    (prepared / "stats.json").write_text('{"total": {"samples": 1000000}}')
+    mine = make_plan(Config.load(REG_B, [f"data.prepared={prepared}"]), 8, 989, 0.209)
+    assert mine.data.examples == 1_000_000 and str(prepared) in mine.data.source
+    unknown = make_plan(Config.load(REG_B, ["data.paper=null"]), 8, 989, 0.209)
+    assert unknown.data.examples is None and unknown.steps is None and unknown.gpu_hours is None
+
+
+def test_activation_checkpointing_costs_its_recompute_in_time_not_in_mfu():
+    plain = make_plan(Config.load(REG_B), 8, 989, 0.209)
+    recomputed = make_plan(Config.load(REG_B, ["train.activation_checkpointing=true"]), 8, 989, 0.209)
+    assert recomputed.flops["total"] == plain.flops["total"] and recomputed.flops["recompute"] > 0
+    assert recomputed.step_seconds / plain.step_seconds == pytest.approx(
+        (plain.flops["total"] + recomputed.flops["recompute"]) / plain.flops["total"])
 
 
 def test_plan_cli_prints_components_memory_and_the_elf_ratio(capsys):
@@ -64,7 +90,8 @@ def test_plan_cli_prints_components_memory_and_the_elf_ratio(capsys):
                  "--compare", ELF_B]) == 0
     out = capsys.readouterr().out
     for word in ("student_fwd_bwd", "self_cond_aux", "decoder_head", "frozen_encoder", "frozen_teacher",
-                 "optimizer", "activations", "tokens per epoch: 2,404,028", "GPU-hours"):
+                 "optimizer", "activations", "tokens per epoch: 2,404,028", "data: 2,404,028 examples per epoch "
+                 "(--examples)", "GPU-hours at MFU 20.9% ("):
         assert word in out, word
     ratio = float(out.rsplit("= ", 1)[1].split("x")[0])
     reg, elf = make_plan(Config.load(REG_B), 8, 989, 0.35), make_plan(Config.load(ELF_B), 8, 989, 0.35)

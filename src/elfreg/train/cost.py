@@ -7,7 +7,7 @@ padding alike; the student and the frozen models see the whole canvas). Componen
 - ``student_fwd_bwd``: the main pass with gradient (forward + backward = 3 forwards of the
   blocks, the input/output projections and the REPA projector);
 - ``self_cond_aux``: the two auxiliary forwards without gradient of the rows with b = 1, a
-  fraction (1 − decode_prob)·sc_prob of the rows (spec §3, Eq. 8);
+  fraction (1 − decode_prob)·sc_prob of the rows (ELF-REG App. A, Eq. 8);
 - ``decoder_head``: width → encoder width → vocabulary on the answer positions of decode rows
   (decode_prob of the rows), forward + backward + the recomputed forward of its checkpointed
   chunks;
