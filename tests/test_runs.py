@@ -48,3 +48,20 @@ def test_first_signal_sets_a_flag_and_the_second_interrupts():
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handlers restored
+
+
+def test_a_folder_created_and_left_empty_is_removed_and_nothing_else_is(tmp_path):
+    fresh = tmp_path / "a" / "run"
+    with pytest.raises(RuntimeError), locked(fresh):
+        raise RuntimeError("failed before writing anything")
+    assert not fresh.exists()
+    kept = tmp_path / "kept"
+    with pytest.raises(RuntimeError), locked(kept):
+        (kept / "metrics.jsonl").write_text("{}\n")
+        raise RuntimeError("failed after writing")
+    assert (kept / "metrics.jsonl").exists()
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    with locked(existing):
+        pass
+    assert existing.is_dir()  # it was there before: never removed

@@ -10,6 +10,7 @@ Layout of a run folder::
         meta.json          step, the frozen models' dimensions and the code that wrote it
         config.yaml
     checkpoints/latest     name of the newest complete checkpoint
+    checkpoints/epoch-E    a link to the checkpoint of epoch E of ``train.keep_epochs``
 
 A ``ddp``/``fsdp2`` run writes the *sharded* form instead: ``step-N/state/`` is a
 ``torch.distributed.checkpoint`` folder (every rank writes its shards of the student, EMA and
@@ -67,7 +68,9 @@ class CheckpointWarning(UserWarning):
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be read; the message names the file."""
+    """A checkpoint that cannot be read; the message names the file. Bad input: exit status 2."""
+
+    exit_status = 2
 
 
 class CheckpointWriteError(OSError):
@@ -176,6 +179,12 @@ def write_checkpoint(run_dir: Path, step: int, cfg: Config, meta: dict[str, Any]
         raise _write_failure(err, final, root) from err
     if ranks.is_main:
         _publish(tmp, final, root, name)
+        if meta.get("kept_epoch") is not None:
+            link = root / f"epoch-{meta['kept_epoch']:g}"
+            tmp_link = root / f".{link.name}.tmp"
+            tmp_link.unlink(missing_ok=True)
+            tmp_link.symlink_to(name)
+            os.replace(tmp_link, link)
     return final
 
 
@@ -193,7 +202,16 @@ def _publish(tmp: Path, final: Path, root: Path, name: str) -> None:
     _fsync_dir(root)
     _write_text_atomic(root / "latest", name)
     for old in step_folders(root)[:-KEEP_LAST]:
-        shutil.rmtree(old, ignore_errors=True)
+        if not _kept(old):
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _kept(ckpt: Path) -> bool:
+    """Whether a checkpoint is one of ``train.keep_epochs`` (rotation leaves it)."""
+    try:
+        return json.loads((ckpt / "meta.json").read_text()).get("kept_epoch") is not None
+    except (OSError, ValueError):
+        return False
 
 
 def step_folders(root: Path) -> list[Path]:

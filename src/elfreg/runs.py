@@ -30,8 +30,11 @@ class FolderInUse(RuntimeError):
 
 @contextmanager
 def locked(folder: str | Path, what: str = "run folder") -> Iterator[Path]:
-    """Hold ``folder``'s lock (creating the folder) until the block ends."""
+    """Hold ``folder``'s lock (creating the folder) until the block ends. A folder this call
+    created and the block left holding nothing but its lock (a run that failed before writing)
+    is removed again; a folder that holds anything else, or existed before, never is."""
     folder = Path(folder)
+    created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -48,6 +51,12 @@ def locked(folder: str | Path, what: str = "run folder") -> Iterator[Path]:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield folder
     finally:
+        if created and [p.name for p in folder.iterdir()] == [LOCK_NAME]:
+            (folder / LOCK_NAME).unlink()  # while still holding it
+            try:
+                folder.rmdir()
+            except OSError:  # something arrived meanwhile: keep the folder
+                pass
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 

@@ -165,4 +165,7 @@ def test_the_shipped_paper_configs_load_the_papers_subsets_with_epoch_budgets():
             if (src.path, paper) in subsets:
                 assert [(f.field, f.keep) for f in src.filters] == [subsets[(src.path, paper)]]
     math = Config.load(CONFIGS / "elf-reg-l-math.yaml")
-    assert math.train.init_from == "runs/elf-reg-l-gsm8k" and math.data.decontaminate == ["math500"]
+    assert math.train.init_from == "runs/elf-reg-l-gsm8k/checkpoints/epoch-7.5"
+    assert math.data.decontaminate == ["math500"]
+    # the warm start exists: the GSM8K run keeps its epoch-7.5 checkpoint out of the rotation
+    assert Config.load(CONFIGS / "elf-reg-l-gsm8k.yaml").train.keep_epochs == [7.5]

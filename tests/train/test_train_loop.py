@@ -176,3 +176,19 @@ def test_a_run_reproduces_the_recorded_losses(tiny_cfg):
         assert got["lr"] == want["lr"]
         for key in ("grad_norm", "total", "elf", "denoise", "decode", "repa", "reg"):
             assert got[key] == pytest.approx(want[key], rel=1e-5), (want["step"], key)
+
+
+def test_a_kept_epochs_checkpoint_is_written_and_survives_rotation(tiny_cfg):
+    """train.keep_epochs: the checkpoint of epoch E is written whatever ckpt_every says, linked as
+    checkpoints/epoch-E and never pruned (the MATH recipe starts from GSM8K's at epoch 7.5)."""
+    cfg = tiny_cfg(train={"steps": 9, "batch_size": 4, "ckpt_every": 4, "keep_epochs": [1.5], "log_every": 1})
+    result = train(cfg, EXAMPLES)
+    steps_of_epoch = -(-len(EXAMPLES) * 3 // (2 * 4))  # ceil(1.5 epochs / 4 per step)
+    ckpts = result.run_dir / "checkpoints"
+    kept = ckpts / f"step-{steps_of_epoch:07d}"
+    assert steps_of_epoch % 4 != 0 and kept.is_dir()  # not a ckpt_every step: written for keep_epochs
+    assert (ckpts / "epoch-1.5").resolve() == kept.resolve()
+    names = sorted(p.name for p in ckpts.iterdir() if p.name.startswith("step-"))
+    assert names == sorted({kept.name, "step-0000004", "step-0000008", "step-0000009"})
+    ckpt = open_checkpoint(ckpts / "epoch-1.5")
+    assert ckpt.meta["step"] == steps_of_epoch and ckpt.meta["kept_epoch"] == 1.5

@@ -62,6 +62,8 @@ def save(run: Run, step: int) -> Path:
             "teacher_dim": run.frozen.teacher.width if run.with_teacher else None,
             "canvas": run.frozen.canvas.stats.as_dict(), "world_size": run.dist.world,
             "parallel": run.cfg.train.parallel}
+    if step in run.kept:
+        meta["kept_epoch"] = run.kept[step]
     if run.cfg.train.parallel != "none":  # every rank writes its shards
         run.last_checkpoint = save_sharded(run, step, meta)
     else:
@@ -100,7 +102,7 @@ def train_loop(run: Run, step: int, stop_at: int | None = None) -> TrainResult:
                     append_jsonl(run.run_dir / "metrics.jsonl", {"step": step, "lr": result.lr,
                                                                  "grad_norm": result.grad_norm, **rates, **terms})
             stopping = _any_rank(run, stop.requested)
-            if step % tc.ckpt_every == 0 or step == end or stopping:
+            if step % tc.ckpt_every == 0 or step == end or stopping or step in run.kept:
                 save(run, step)
             if stopping and step < end:
                 bar.close()
