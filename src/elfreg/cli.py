@@ -34,8 +34,19 @@ _COMMAND_MODULES = [
 DEBUG_ENV = "ELFREG_DEBUG"
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with its errors in two lines: what is wrong (naming the flag and what it allows)
+    and where the help is, instead of the whole usage. Subcommands' parsers are of this class too."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's contract: print and exit 2
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\nsee '{self.prog} --help'\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="elfreg", description=__doc__.split("\n\n")[0])
+    from . import __version__
+
+    parser = Parser(prog="elfreg", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"elfreg {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in _COMMAND_MODULES:
         importlib.import_module(name).register(sub)

@@ -1,6 +1,6 @@
 """Every setting of an elfreg run, as dataclasses with YAML load/save and strict validation.
 
-Paper defaults (spec §2–4) are the dataclass defaults; presets in ``configs/`` override them.
+Paper defaults (ELF-REG §3 and App. A–C) are the dataclass defaults; presets in ``configs/`` override them.
 Validation errors are one line naming the offending key, e.g.
 ``config error: train.lr: expected float, got 'fast'`` (parsing and flags: :mod:`elfreg.strict`).
 """
@@ -15,6 +15,7 @@ from typing import Any, Literal
 import yaml
 
 from .config_data import BENCHMARKS, PAPER_RECIPES, TEMPLATES, DataConfig, FilterConfig, SourceConfig
+from .device import check_device_name
 from .strict import (
     ConfigError,
     add_config_flags,
@@ -111,7 +112,7 @@ class LossConfig:
 
 def needs_teacher(repa: bool, extra_token: str) -> bool:
     """The one rule for when the frozen teacher is needed: REPA is on or the REG token is used
-    (spec §3). The student then has a teacher-width projector or REG head, and training loads
+    (ELF-REG §3, App. A). The student then has a teacher-width projector or REG head, and training loads
     the teacher; otherwise the teacher is never loaded."""
     return repa or extra_token == "reg"
 
@@ -137,9 +138,12 @@ class TrainConfig:
     seed: int = 0
     out_dir: str = "runs/elfreg"
     ckpt_every: int = 500
+    # epochs (of the data, as train.epochs counts them) whose checkpoints are written whatever
+    # ckpt_every says and kept through rotation, each linked as checkpoints/epoch-E
+    keep_epochs: list[float] = field(default_factory=list)
     log_every: int = 10
     device: str = "auto"  # auto: cuda when available, else cpu
-    precision: Literal["auto", "bf16", "fp32"] = "auto"  # auto: bf16 where the hardware has it
+    precision: Literal["auto", "bf16", "fp32"] = "auto"  # auto: bf16 on CUDA, fp32 on every CPU (elfreg.device)
     feature_cache: bool = False  # keep frozen features of seen examples in memory (small data sets)
     host_memory: Literal["keep", "release"] = "keep"  # keep: malloc reuses freed memory (elfreg.host_memory)
     progress: bool = True
@@ -168,12 +172,12 @@ SAMPLING_PRESETS: dict[str, dict[str, Any]] = {
 
 @dataclass
 class SampleConfig:
-    """Sampler settings (spec §4, §8): the one place they are defined. ``elfreg sample`` and
-    ``elfreg eval`` take each field as a flag of the same name (``--renoise-eta``), whose help is
-    the field's ``help`` metadata."""
+    """Sampler settings (ELF-REG §3, §5.1 and App. C; adaptive exit and trimming beyond the paper):
+    the one place they are defined. ``elfreg sample`` and ``elfreg eval`` take each field as a flag
+    of the same name (``--renoise-eta``), whose help is the field's ``help`` metadata."""
 
     sampler: Literal["early-stop", "full-span", "renoise", "adaptive"] = field(
-        default="early-stop", metadata={"help": "sampler (spec §4, §8)"})
+        default="early-stop", metadata={"help": "sampler (ELF-REG §3 and App. C; adaptive exit: beyond the paper)"})
     nfe: int = field(default=64, metadata={
         "help": "NFE budget N: N − 1 denoiser calls + 1 decode (adaptive: at most N)"})
     rho: int = field(default=8, metadata={
@@ -243,7 +247,7 @@ class SampleConfig:
 
 @dataclass
 class EvalConfig:
-    """Evaluation settings (spec §5): ``elfreg eval`` and the toy demo read them. Sweeps over
+    """Evaluation settings (ELF-REG §5, App. B): ``elfreg eval`` and the toy demo read them. Sweeps over
     NFE and samplers run every pair; empty lists mean the ``sample`` section's single value."""
 
     samples: int = field(default=16, metadata={"help": "generations per problem; sample j uses seed + j"})
@@ -349,6 +353,8 @@ class Config:
             ("train.weight_decay", self.train.weight_decay >= 0, "must be >= 0"),
             ("train.grad_clip", self.train.grad_clip > 0, "must be > 0"),
             ("train.ckpt_every", self.train.ckpt_every >= 1, "must be >= 1"),
+            ("train.keep_epochs", all(e > 0 for e in self.train.keep_epochs), "every epoch must be > 0"),
+            ("train.device", check_device_name(self.train.device) is None, check_device_name(self.train.device) or ""),
             ("train.log_every", self.train.log_every >= 1, "must be >= 1"),
             ("train.out_dir", bool(self.train.out_dir.strip()), "must not be empty"),
             ("train.parallel", self.train.parallel in ("none", "ddp", "fsdp2"), "must be none, ddp or fsdp2"),

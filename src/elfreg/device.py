@@ -30,8 +30,36 @@ PRECISION_ENV = "ELFREG_PRECISION"
 Resolved = Literal["bf16", "fp32"]
 
 
+DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")
+
+
+def check_device_name(name: str) -> str | None:
+    """Why ``name`` is not a device elfreg can be told to use (``auto``, ``cpu``, ``cuda``,
+    ``cuda:N``, ``mps``, ``xpu``…), or None when it is one. Whether it is present is checked later."""
+    if name == "auto":
+        return None
+    try:
+        kind = torch.device(name).type
+    except (RuntimeError, ValueError):
+        kind = None
+    if kind not in DEVICE_TYPES:
+        return f"must be auto or one of {', '.join(DEVICE_TYPES)} (e.g. cuda:1), got {name!r}"
+    return None
+
+
+def add_device_flags(parser) -> None:
+    """``--device`` and ``--precision`` for a command that runs the student."""
+    parser.add_argument("--device", default="auto",
+                        help="auto (default: CUDA when available, else CPU), cpu, cuda or cuda:N")
+    parser.add_argument("--precision", choices=PRECISIONS, default="auto",
+                        help="auto (default: bf16 on CUDA, fp32 on every CPU), bf16 or fp32")
+
+
 def resolve_device(name: str) -> torch.device:
     """``auto``: CUDA when available, else CPU. A CUDA device without CUDA fails with one line."""
+    problem = check_device_name(name)
+    if problem:
+        raise ValueError(f"device {problem}")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)

@@ -2,6 +2,8 @@
 command-line flags generated from the dataclass fields.
 
 Every error is one line naming the key: ``config error: train.lr: expected float, got 'fast'``.
+Lists are written one way on the command line, flags and overrides alike: comma-separated
+(``--nfes 16,64``, ``eval.nfes=16,64``; a YAML list ``[16, 64]`` is read too).
 """
 
 from __future__ import annotations
@@ -21,10 +23,27 @@ class ConfigError(ValueError):
     """A config file or override is invalid; the message names the key."""
 
 
-def add_config_flags(parser: argparse.ArgumentParser, cls: type, title: str) -> None:
+def comma_list(item: type) -> Any:
+    """An argparse ``type``: comma-separated values, each converted to ``item``, as one list."""
+    def parse(text: str) -> list:
+        parts = [p.strip() for p in text.split(",") if p.strip()]
+        if not parts:
+            raise argparse.ArgumentTypeError("expected comma-separated values, got nothing")
+        try:
+            return [item(p) for p in parts]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {item.__name__} values, got {text!r}") from None
+    parse.__name__ = f"comma-separated {item.__name__} list"
+    return parse
+
+
+def add_config_flags(parser: argparse.ArgumentParser, cls: type, title: str,
+                     default_note: str | None = None) -> None:
     """One ``--field-name`` flag per field of the config dataclass ``cls`` (litgpt style): choices
-    from ``Literal`` types, help from the field's ``help`` metadata. Flags default to None
-    ("not given"), so :func:`config_flag_values` returns only what the user set."""
+    from ``Literal`` types, help from the field's ``help`` metadata, lists comma-separated. Flags
+    default to None ("not given"), so :func:`config_flag_values` returns only what the user set;
+    the help states the field's default, or ``default_note`` where something else decides it
+    (sampler settings default to the checkpoint's)."""
     group = parser.add_argument_group(title)
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
@@ -32,19 +51,24 @@ def add_config_flags(parser: argparse.ArgumentParser, cls: type, title: str) -> 
             continue
         hint = hints[f.name]
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        kwargs: dict[str, Any] = {"default": None, "dest": f.name,
-                                  "help": f"{f.metadata.get('help', '')} (default {default})"}
+        said = default_note.format(default=default) if default_note else f"default {default}"
+        kwargs: dict[str, Any] = {"default": None, "dest": f.name, "help": f"{f.metadata.get('help', '')} ({said})"}
         if typing.get_origin(hint) is Literal:
             kwargs["choices"] = list(typing.get_args(hint))
         elif hint is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(hint) is list:
-            kwargs.update(nargs="+", type=typing.get_args(hint)[0])
+            kwargs.update(type=comma_list(typing.get_args(hint)[0]), metavar="A,B,...")
         elif typing.get_origin(hint) in (typing.Union, types.UnionType):
             kwargs["type"] = next(a for a in typing.get_args(hint) if a is not type(None))
         else:
             kwargs["type"] = hint
         group.add_argument("--" + f.name.replace("_", "-"), **kwargs)
+
+
+def add_progress_flag(parser: argparse.ArgumentParser) -> None:
+    """``--no-progress``: no progress bars (logs and CI)."""
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 def config_flag_values(args: argparse.Namespace, cls: type) -> dict[str, Any]:
@@ -90,9 +114,20 @@ def apply_override(data: dict[str, Any], item: str) -> None:
         if not isinstance(node, dict):
             raise ConfigError(f"config error: {key}: {part} is not a section")
     try:
-        node[parts[-1]] = yaml.safe_load(raw)
+        value = yaml.safe_load(raw)
     except yaml.YAMLError as err:
         raise ConfigError(f"config error: {key}: not a valid value ({getattr(err, 'problem', None) or err})") from None
+    node[parts[-1]] = _CommandLineText(value) if isinstance(value, str) else value
+
+
+class _CommandLineText(str):
+    """Text of a ``key=value`` override: where a list is expected it is read as comma-separated
+    values (``eval.samplers=early-stop,full-span``); text in a YAML file never is."""
+
+
+def _is_list_hint(hint: Any) -> bool:
+    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    return any(typing.get_origin(o) is list for o in options)
 
 
 def build_dataclass(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
@@ -118,6 +153,8 @@ def build_dataclass(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
 
 
 def _check_value(key: str, value: Any, hint: Any) -> Any:
+    if isinstance(value, _CommandLineText):
+        value = [yaml.safe_load(p) for p in value.split(",") if p.strip()] if _is_list_hint(hint) else str(value)
     origin = typing.get_origin(hint)
     if dataclasses.is_dataclass(hint):
         return build_dataclass(hint, value, f"{key}.")
@@ -132,6 +169,8 @@ def _check_value(key: str, value: Any, hint: Any) -> Any:
             raise ConfigError(f"config error: {key}: expected one of {list(allowed)}, got {value!r}")
         return value
     if origin is list:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            value = [value]  # eval.nfes=16: a list of one
         if not isinstance(value, list):
             raise ConfigError(f"config error: {key}: expected a list, got {value!r}")
         (item,) = typing.get_args(hint)

@@ -82,16 +82,16 @@ def test_results_without_an_identity_are_refused(run, tmp_path: Path, capsys: py
 def test_sweep_points_resume_on_their_own_and_overwrite_clears_the_sweep(run, tmp_path: Path,
                                                                         capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "sweep"
-    assert run(out, "--nfes", "8", "16")[0] == 0
+    assert run(out, "--nfes", "8,16")[0] == 0
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["nfe16", "nfe8"]
     assert json.loads((out / "nfe8" / "eval_config.json").read_text())["sample"]["nfe"] == 8
-    rc, gen = run(out, "--nfes", "8", "32")  # nfe8 is resumed (nothing to do), nfe32 is new
+    rc, gen = run(out, "--nfes", "8,32")  # nfe8 is resumed (nothing to do), nfe32 is new
     assert rc == 0 and len(gen.calls) == 1 and (out / "nfe32" / "summary.json").exists()
     capsys.readouterr()
-    rc, gen = run(out, "--nfes", "8", "16", "--seed", "3")
+    rc, gen = run(out, "--nfes", "8,16", "--seed", "3")
     err = capsys.readouterr().err.splitlines()
     assert rc == 2 and gen.calls == [] and len(err) == 1 and f"{out / 'nfe8'} holds another evaluation (seed:" in err[0]
-    rc, gen = run(out, "--nfes", "8", "16", "--seed", "3", "--overwrite")
+    rc, gen = run(out, "--nfes", "8,16", "--seed", "3", "--overwrite")
     assert rc == 0 and sorted(p.name for p in out.iterdir() if p.is_dir()) == ["nfe16", "nfe8"]  # nfe32 is gone
     assert _seeds(out / "nfe8") == [3, 4] * 4
 

@@ -54,14 +54,16 @@ def test_generate_from_checkpoint_without_teacher(run_dir, no_teacher):
 
 
 def test_cli_prints_answers_and_writes_jsonl(run_dir, no_teacher, tmp_path, capsys):
-    out = tmp_path / "answers.jsonl"
-    traj = tmp_path / "traj"
-    code = main(["sample", "--checkpoint", str(run_dir), "--prompt", "add 1 2", "--prompt", "add 5 6",
-                 "--nfe", "7", "--sampler", "adaptive", "--samples", "2", "--seed", "3", "--sc-cfg", "2.5",
-                 "--adaptive-patience", "100", "--out", str(out), "--trajectory-dir", str(traj), "--no-progress"])
-    assert code == 0
+    out = tmp_path / "answers"
+    argv = ["sample", "--checkpoint", str(run_dir), "--prompt", "add 1 2", "--prompt", "add 5 6",
+            "--nfe", "7", "--sampler", "adaptive", "--samples", "2", "--seed", "3", "--sc-cfg", "2.5",
+            "--adaptive-patience", "100", "--out", str(out), "--trajectories", "--no-progress"]
+    assert main(argv) == 0
     printed = capsys.readouterr().out
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    settings = json.loads((out / "settings.json").read_text())
+    assert settings["sample"]["nfe"] == 7 and settings["sample"]["sc_cfg"] == 2.5 and settings["seed"] == 3
+    assert settings["weights"] == "ema" and settings["samples"] == 2 and "commit" in settings["code"]
     assert [(r["prompt_index"], r["sample_index"], r["seed"]) for r in rows] == [(0, 0, 3), (0, 1, 4), (1, 0, 3),
                                                                                   (1, 1, 4)]
     assert all(r["nfe"] == 7 and r["nfe_budget"] == 7 and r["sampler"] == "adaptive" for r in rows)
@@ -69,7 +71,14 @@ def test_cli_prints_answers_and_writes_jsonl(run_dir, no_teacher, tmp_path, caps
     assert "prompt 0: add 1 2" in printed and "prompt 1: add 5 6" in printed
     for r in rows:
         assert f"sample {r['sample_index']} (seed {r['seed']}, 7 NFE): {r['text']}" in printed
-    assert len(list(traj.glob("*.safetensors"))) == 4
+    assert len(list((out / "trajectories").glob("*.safetensors"))) == 4
+    # a folder that holds samples is never overwritten; a file is not a folder
+    before = (out / "samples.jsonl").read_bytes()
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().endswith("already holds samples.jsonl; give another folder or remove it")
+    assert (out / "samples.jsonl").read_bytes() == before
+    assert main([*argv[:-4], "--out", str(out / "samples.jsonl"), "--no-progress"]) == 2
+    assert "is a file; --out names a folder" in capsys.readouterr().err
     # the same settings through the Python API give the same answers
     sample = SampleConfig(nfe=7, sampler="adaptive", sc_cfg=2.5, adaptive_patience=100)
     api = generate(load_checkpoint(run_dir), ["add 1 2", "add 5 6"], sample, samples=2, seed=3, progress=False)
@@ -86,6 +95,8 @@ def test_cli_reports_usage_errors(run_dir, tmp_path, capsys):
     assert main(["sample", "--checkpoint", str(run_dir), "--prompts-file", str(prompts), "--nfe", "3",
                  "--no-progress"]) == 0
     assert "prompt 0: add 2 2" in capsys.readouterr().out
+    assert main(["sample", "--checkpoint", str(run_dir), "--prompt", "x", "--trajectories", "--no-progress"]) == 2
+    assert "--trajectories needs --out DIR" in capsys.readouterr().err
     assert main(["sample", "--checkpoint", str(run_dir), "--prompt", "x", "--nfe", "1", "--no-progress"]) == 2
     assert capsys.readouterr().err.strip() == "config error: sample.nfe: must be an integer >= 2, got 1"
 

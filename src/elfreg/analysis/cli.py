@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..checkpoint import open_checkpoint, resolve_checkpoint
-from ..device import PRECISIONS
+from ..device import add_device_flags
 from ..eval.outdir import check_writable, first_difference
 from ..eval.tasks import Task, canonical_task_name, get_task
 from ..jsonl import append_jsonl, drop_cut_last_line, read_jsonl
 from ..plugins import DATA_SOURCES, lookup, registered_names
 from ..runs import GracefulInterrupt, locked
+from ..strict import add_progress_flag, comma_list
 
 if TYPE_CHECKING:
     from ..config import Config, SampleConfig
@@ -41,16 +42,9 @@ PROBLEMS_NAME = "problems.jsonl"
 OUTPUTS = (ROWS_NAME, PROBLEMS_NAME, "table11.json", "table11.txt", "fig2.png", CONFIG_NAME)
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-
-
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("analyze", help="analyses of a checkpoint's sampling (spec §6)",
-                       description="Analyses the paper reports (spec §6).")
+    p = sub.add_parser("analyze", help="analyses of a checkpoint's sampling (ELF-REG §4, App. C)",
+                       description="Analyses the paper reports (ELF-REG §4, App. C).")
     inner = p.add_subparsers(dest="analysis", required=True)
     t = inner.add_parser("trajectory", help="Table 11 / Fig. 2: early-stopped readouts of one master trajectory",
                          description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -59,8 +53,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--out", required=True, help="output folder (resumable)")
     t.add_argument("--limit", type=int, default=0, help="only the first K problems (0: all)")
     t.add_argument("--master", type=int, default=512, help="master budget M: the trajectory runs all M − 1 steps")
-    t.add_argument("--nfes", type=_ints, default=[4, 8, 16, 32, 64], help="readout NFEs (comma-separated, <= M)")
-    t.add_argument("--seeds", type=_ints, default=[0, 1], help="sampling seeds (comma-separated)")
+    t.add_argument("--nfes", type=comma_list(int), default=[4, 8, 16, 32, 64],
+                   help="readout NFEs, comma-separated, each <= M (default 4,8,16,32,64)")
+    t.add_argument("--seeds", type=comma_list(int), default=[0, 1],
+                   help="sampling seeds, comma-separated (default 0,1)")
     t.add_argument("--flip-nfe", type=int, help="NFE of the paired flips (default 64, else the largest NFE < M)")
     t.add_argument("--observe-every", type=int, default=8,
                    help="also save every k-th NFE as an observation for stable tokens (0: only the NFEs)")
@@ -73,10 +69,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--data-dir", help="benchmark data directory")
     t.add_argument("--sc-cfg", type=float, help="SC-CFG scale w (default: the checkpoint's sample.sc_cfg)")
     t.add_argument("--batch-size", type=int, default=8, help="problems per sampling batch")
-    t.add_argument("--device", default="auto")
-    t.add_argument("--precision", choices=PRECISIONS, default="auto")
+    add_device_flags(t)
     t.add_argument("--overwrite", action="store_true", help="replace another analysis's files in --out")
-    t.add_argument("--no-progress", action="store_true")
+    add_progress_flag(t)
     t.add_argument("--debug", action="store_true", help="show tracebacks")
     t.set_defaults(func=run_trajectory)
 

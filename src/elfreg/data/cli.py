@@ -55,6 +55,8 @@ def _decontaminate(args: argparse.Namespace) -> int:
 def _stats(args: argparse.Namespace) -> int:
     from .stats import stats_table
 
+    if not args.prepared and not args.config:
+        raise ConfigError("config error: data stats: give --prepared DIR (a prepared recipe) or --config FILE")
     folder = args.prepared or Config.load(args.config).data.prepared
     if not folder:
         raise ConfigError("config error: data.prepared: give --prepared DIR or set data.prepared in the config")
@@ -76,7 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     prep.set_defaults(func=_prepare)
     dec = group.add_parser("decontaminate", help="drop rows that match benchmark test items")
     dec.add_argument("--input", required=True, help="JSONL or Parquet file (or folder)")
-    dec.add_argument("--prompt-field", required=True)
+    dec.add_argument("--prompt-field", required=True, help="the JSONL field holding the question")
     dec.add_argument("--answer-field", help="solution field (code benchmarks: AST rule)")
     dec.add_argument("--group-field", help="rows with the same value form a group (default: the prompt)")
     dec.add_argument("--against", required=True, help=f"comma-separated: {','.join(BENCHMARKS)}")

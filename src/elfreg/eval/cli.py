@@ -3,7 +3,7 @@
 Examples::
 
     elfreg eval --task gsm8k --checkpoint runs/gsm8k --samples 16 --nfe 64 --sampler early-stop --out out/
-    elfreg eval --task gsm8k --checkpoint runs/gsm8k --nfes 16 64 128 --out out/   # one folder per NFE
+    elfreg eval --task gsm8k --checkpoint runs/gsm8k --nfes 16,64,128 --out out/   # one folder per NFE
     elfreg eval --task humaneval --predictions samples.jsonl --out out/
     elfreg eval --task humaneval+ --predictions samples.jsonl --workers 8 --limit 20
     torchrun --nproc_per_node 4 --no-python elfreg eval --task gsm8k --checkpoint runs/gsm8k --out out/
@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, EvalConfig, SampleConfig, add_config_flags, config_flag_values
-from ..device import PRECISIONS
+from ..device import add_device_flags
 from ..host_memory import add_host_memory_flag, apply_host_memory
 from ..runs import FolderInUse, GracefulInterrupt
 from ..sampling.cli import add_sampling_flags, sample_overrides
+from ..strict import add_progress_flag
 from .outdir import EvalError, EvalStopped, held
 from .predictions import PredictionError
 from .sources import DataUnavailable
@@ -51,9 +52,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    "a rerun of the same evaluation into it resumes")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the results of a different evaluation in --out (only the files elfreg wrote)")
-    p.add_argument("--device", default="auto", help="generation device (default: CUDA when available)")
-    p.add_argument("--precision", choices=PRECISIONS, default="auto")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_device_flags(p)
+    add_progress_flag(p)
     p.add_argument("--list-tasks", action="store_true", help="list the tasks and exit")
     add_host_memory_flag(p)
     add_config_flags(p, EvalConfig, "evaluation settings (eval.* of a config)")

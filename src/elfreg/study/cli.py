@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from elfreg.strict import add_progress_flag
 from elfreg.study.plan import Study, load_plan
 
 
@@ -44,13 +45,20 @@ def format_status(study: Study, status: dict) -> str:
     return "\n".join(lines)
 
 
+def default_out(plan: str) -> Path:
+    """``runs/<plan name>``, with ``study-`` in front unless the name starts with it
+    (``configs/study-toy-level1.yaml`` → ``runs/study-toy-level1``)."""
+    stem = Path(plan).stem
+    return Path("runs") / (stem if stem.startswith("study") else f"study-{stem}")
+
+
 def run(args: argparse.Namespace) -> int:
     from elfreg.study.compare import compare_arms, format_comparison, parse_arm
     from elfreg.study.report import format_table, write_outputs
     from elfreg.study.runner import report_so_far, run_study, status
 
     study = load_plan(args.plan, args.override)
-    out = Path(args.out or f"runs/study-{Path(args.plan).stem}")
+    out = Path(args.out or default_out(args.plan))
     if args.dry_run:
         print(format_status(study, status(study, out)))
         return 0
@@ -89,7 +97,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("study", help="a resumable grid of toy trainings and evaluations (models × seeds × "
                                      "samplers × NFE) with one results table")
     p.add_argument("--plan", required=True, help="the study plan (e.g. configs/study-toy-level1.yaml)")
-    p.add_argument("--out", help="output folder (default runs/study-<plan name>)")
+    p.add_argument("--out", help="output folder (default runs/<plan name>, study- put in front unless it starts so)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="print the cells and what is done; run nothing")
     mode.add_argument("--report", action="store_true",
@@ -101,6 +109,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "model/sampler (elf-reg/renoise); repeatable; alone it runs nothing and prints only these")
     p.add_argument("--overwrite", action="store_true",
                    help="discard what another plan made in --out (its runs included) instead of refusing")
-    p.add_argument("--no-progress", action="store_true")
+    add_progress_flag(p)
     p.add_argument("override", nargs="*", help="plan overrides, e.g. train_seeds=[0] overrides.train.steps=50")
     p.set_defaults(func=run)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
@@ -20,9 +21,11 @@ def hf_source(name_or_path: str) -> tuple[str, dict[str, str]]:
 def load_tokenizer(name_or_path: str, revision: str | None = None) -> PreTrainedTokenizerBase:
     """Load a tokenizer (hub id or local folder) and make sure it has an EOS that also pads.
 
-    The answer region of the canvas is padded with EOS (spec §2), so a tokenizer without an EOS
+    The answer region of the canvas is padded with EOS (ELF-REG §3, App. A.1), so a tokenizer without an EOS
     token cannot be used.
     """
+    if name_or_path.startswith((".", "/", "~")) and not Path(name_or_path).expanduser().exists():
+        raise FileNotFoundError(errno.ENOENT, "no such tokenizer or model folder", name_or_path)
     source, extra = hf_source(name_or_path)
     tok = AutoTokenizer.from_pretrained(source, revision=revision, **extra)
     if tok.eos_token_id is None:
