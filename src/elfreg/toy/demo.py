@@ -38,6 +38,7 @@ from elfreg.model.presets import student_from_config
 from elfreg.plugins import resolve_model_id
 from elfreg.runs import locked
 from elfreg.sampling import generate
+from elfreg.strict import add_progress_flag
 from elfreg.text.load import FrozenText, load_frozen_text
 from elfreg.toy import arith
 from elfreg.toy.lm import greedy_accuracy
@@ -243,6 +244,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--config", help="a run config with an eval section (e.g. configs/toy-study-level1.yaml)")
     p.add_argument("--compare", action="store_true", help="also train the plain ELF baseline on the same budget")
     p.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
-    p.add_argument("--no-progress", action="store_true")
+    add_progress_flag(p)
     p.add_argument("override", nargs="*", help="key.sub=value overrides, e.g. train.steps=600 eval.samples=1")
     p.set_defaults(func=run)

@@ -54,6 +54,8 @@ class Run:
     """What a step's forward runs through (:class:`~elfreg.train.parallel.StudentCall`, wrapped
     by DDP or FSDP2); its ``student`` is :attr:`student`."""
     dist: DistInfo = DistInfo()
+    kept: dict[int, float] = dataclasses.field(default_factory=dict)
+    """Steps whose checkpoints are kept through rotation, and the epoch each is (``train.keep_epochs``)."""
     last_checkpoint: Path | None = None
     """The newest checkpoint this run's state has been saved to or restored from."""
 
@@ -117,13 +119,15 @@ def build_run(cfg: Config, examples: TrainingData | None = None) -> Run:
                          f"{len(frozen.tokenizer)} tokens: the decoder could not name every target token")
     student = parallelize(student, cfg)
     model = wrap_for_training(student, cfg, device)
+    global_batch = tc.batch_size * tc.grad_accum
+    kept = {steps_for_epochs(e, len(examples), global_batch): e for e in tc.keep_epochs}
     return Run(cfg=cfg, device=device, bf16=bf16, frozen=frozen, examples=examples, student=student,
                optimizer=make_optimizer(student, tc), ema=EMA(student, tc.ema_decay),
-               cache=FeatureCache() if tc.feature_cache else None, model=model, dist=info)
+               cache=FeatureCache() if tc.feature_cache else None, model=model, dist=info, kept=kept)
 
 
 def calibrate_reg(run: Run) -> None:
-    """Set the teacher's REG standardisation statistics (spec §3) from a fixed draw of up to
+    """Set the teacher's REG standardisation statistics (ELF-REG §3, App. A) from a fixed draw of up to
     256 training examples (the data order of seed ``train.seed + 1``)."""
     tc = run.cfg.train
     n = len(run.examples)
