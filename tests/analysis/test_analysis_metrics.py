@@ -82,6 +82,29 @@ def test_acceleration_of_a_quadratic_path_is_constant():
         tm.second_differences(path[:2], 0.1)
 
 
+def test_prop2_certifies_the_decode_wherever_it_holds():
+    """Prop. 2 with the GELU head's constant: whenever L·‖e‖ < m at every position, the perturbed
+    hidden states decode to the same tokens. Errors are drawn so that the condition holds in some
+    cases and fails in others; every case where it holds is checked."""
+    torch.manual_seed(5)
+    w_in, w_out = torch.randn(8, 6) / 3, torch.randn(13, 8) / 3
+    lip = tm.gelu_head_logit_lipschitz(w_in, w_out)
+
+    def head(h):
+        return torch.nn.functional.gelu(h @ w_in.T, approximate="tanh") @ w_out.T
+
+    held = 0
+    for scale in torch.logspace(-3, 0, 60):
+        h = torch.randn(5, 6) * 3
+        e = torch.randn(5, 6)
+        e = e / e.norm(dim=-1, keepdim=True) * scale
+        margin = tm.logit_margin(head(h)).min()
+        if tm.prop2_holds(lip, e.norm(dim=-1).max(), margin):
+            held += 1
+            assert torch.equal(head(h + e).argmax(-1), head(h).argmax(-1))
+    assert 5 <= held < 60  # the condition held in some cases and not in all
+
+
 def test_remaining_max_and_the_prop1_bound():
     assert tm.remaining_max(torch.tensor([1.0, 3.0, 2.0, 0.5])).tolist() == [3.0, 3.0, 2.0, 0.5]
     t = torch.tensor([0.5, 0.5, 0.0])

@@ -84,7 +84,13 @@ def test_the_cache_size_is_read_from_sysfs_and_can_be_overridden(tmp_path, monke
     assert last_level_cache_bytes(tmp_path / "absent") is None
     assert cpu_cache_bytes(torch.device("cuda")) is None
     monkeypatch.delenv("ELFREG_CPU_CACHE_BYTES", raising=False)
-    assert cpu_cache_bytes(torch.device("cpu")) == last_level_cache_bytes()  # this CPU's, read once
+    reads = []
+    monkeypatch.setattr(cache_chunks, "last_level_cache_bytes", lambda: reads.append(1) or 777)
+    cache_chunks._this_cpu_cache_bytes.cache_clear()
+    try:  # this CPU's size, read from sysfs once per process
+        assert [cpu_cache_bytes(torch.device("cpu")) for _ in range(3)] == [777] * 3 and reads == [1]
+    finally:
+        cache_chunks._this_cpu_cache_bytes.cache_clear()
     monkeypatch.setenv("ELFREG_CPU_CACHE_BYTES", "1234")
     assert cpu_cache_bytes(torch.device("cpu")) == 1234
     monkeypatch.setenv("ELFREG_CPU_CACHE_BYTES", "0")

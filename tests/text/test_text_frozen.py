@@ -1,7 +1,6 @@
 import pytest
 import torch
 
-from elfreg.device import use_bf16
 from elfreg.text.canvas import CanvasBuilder
 from elfreg.text.frozen import FrozenEncoder, FrozenTeacher, freeze, load_causal_lm, standardize_tokens
 from elfreg.text.load import load_frozen_text
@@ -126,12 +125,14 @@ def test_vocabulary_mismatch_fails_clearly(tmp_path, tiny_assets):
         FrozenEncoder(load_causal_lm(str(tiny_assets["encoder"])), layer=9)
 
 
-def test_frozen_models_default_to_the_training_precision_of_the_device(tiny_cfg):
-    # sampling must see the features training saw: bf16 only where `precision: auto` would use it
-    frozen = load_frozen_text(tiny_cfg().text, with_teacher=True)
-    auto = use_bf16(torch.device("cpu"), "auto")
-    assert frozen.encoder.reader.bf16 is auto and frozen.teacher.reader.bf16 is auto
-    assert load_frozen_text(tiny_cfg().text, with_teacher=False, bf16=not auto).encoder.reader.bf16 is (not auto)
+def test_frozen_models_default_to_the_training_precision_of_the_device(tiny_cfg, monkeypatch):
+    # sampling must see the features training saw: on a CPU `precision: auto` is fp32 on every CPU,
+    # unless ELFREG_PRECISION says otherwise
+    for forced, bf16 in (("", False), ("bf16", True), ("fp32", False)):
+        monkeypatch.setenv("ELFREG_PRECISION", forced)
+        frozen = load_frozen_text(tiny_cfg().text, with_teacher=True)
+        assert frozen.encoder.reader.bf16 is bf16 and frozen.teacher.reader.bf16 is bf16
+    assert load_frozen_text(tiny_cfg().text, with_teacher=False, bf16=True).encoder.reader.bf16 is True
 
 
 def test_an_fp32_run_reads_a_bf16_checkpoint_in_fp32(tmp_path, tiny_assets, tiny_cfg):

@@ -104,6 +104,13 @@ def test_demo_quick_end_to_end(tmp_path, monkeypatch):
     table = json.loads((analysis / "table11.json").read_text())
     end = {e["nfe"]: e for e in table["per_nfe"]}[16]
     assert table["pairs"] == 3 and end["exact_agreement"] == end["answer_agreement"] == 1.0
+    # configs/tiny.yaml, the README's first training run, trains on the same (cached) toy LMs
+    tiny = tmp_path / "tiny"
+    assert main(["train", "--config", str(CONFIGS / "tiny.yaml"), f"train.out_dir={tiny}",
+                 "train.progress=false"]) == 0
+    lines = [json.loads(line) for line in (tiny / "metrics.jsonl").read_text().splitlines()]
+    assert lines[-1]["step"] == 150 and (tiny / "checkpoints" / "step-0000150").is_dir()
+    assert lines[-1]["denoise"] < lines[0]["denoise"] and lines[-1]["total"] < lines[0]["total"]
 
 
 def test_the_precision_line_names_the_students_device_and_precision(monkeypatch):
