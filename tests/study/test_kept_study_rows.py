@@ -1,4 +1,4 @@
-"""The toy-study page quotes tables that the study report makes from the rows kept in
+"""The toy-study record quotes tables that the study report makes from the rows kept in
 ``docs/toy-study/``: the report, run on those rows today, must give the page's numbers."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from elfreg.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGE = ROOT / "docs" / "toy-study.md"
+PAGE = ROOT / "docs" / "records" / "2026-12-02-toy-study-format-1-student.md"  # the record of those runs
 # (kept folder, plan, overrides, the page's section that quotes its one-training-run table)
 KEPT = [
     ("level1-t2", "configs/study-toy-level1.yaml", ["train_seeds=[2]"], "### Training seed 2"),
