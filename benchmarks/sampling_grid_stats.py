@@ -2,7 +2,7 @@
 
     python benchmarks/sampling_grid_stats.py --nfe 64 --rho 8 --seeds 1000
 
-Paper (spec §4): N = 64, ρ = 8 → mean t_62 = 0.0825 over 4 seeds (range 0.0755–0.0858), mean
+Paper (ELF-REG §3, App. C): N = 64, ρ = 8 → mean t_62 = 0.0825 over 4 seeds (range 0.0755–0.0858), mean
 nominal SNR t²/(σ²(1−t)²) ≈ 2.03e-3.
 """
 

@@ -1,4 +1,4 @@
-"""Equations of spec §3 checked on random tensors and hand-computed small examples."""
+"""Equations of ELF-REG §3, App. A checked on random tensors and hand-computed small examples."""
 
 import math
 

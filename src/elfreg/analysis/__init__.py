@@ -1,4 +1,4 @@
-"""Analyses of a trained checkpoint's sampling that the paper reports (spec §6).
+"""Analyses of a trained checkpoint's sampling that the paper reports (ELF-REG §4, App. C).
 
 - :mod:`.trajectory_metrics`: the pure metrics (endpoint error, stable tokens, agreements, flips,
   finite-difference acceleration, Prop. 1 and Prop. 2 checks), on plain tensors;

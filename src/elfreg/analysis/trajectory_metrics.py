@@ -1,9 +1,9 @@
-"""Pure metrics of the trajectory analysis (spec §6; the paper's Fig. 2, Table 11, Table 13 and
+"""Pure metrics of the trajectory analysis (ELF-REG §5.2; the paper's Fig. 2, Table 11, Table 13 and
 Propositions 1–2). Every function takes plain tensors or values and names the quantity it
 computes; nothing here samples, loads or scores.
 
 Symbols. One *master trajectory* follows the early-stop master grid of M points
-t_0 = 0 < t_1 ≤ … ≤ t_{M−1} = 1 (spec §4). Network call j + 1 (j = 0 … M−2) is made at t_j and
+t_0 = 0 < t_1 ≤ … ≤ t_{M−1} = 1 (ELF-REG §3, App. C). Network call j + 1 (j = 0 … M−2) is made at t_j and
 gives the clean prediction d_j (text, answer region (A, d)) and r̂_j (REG). The early-stopped
 readout at budget N is D(d_{N−2}), the decode of the clean prediction after the first N − 1
 denoiser calls (N NFE with the decode); the *endpoint* is the readout at N = M, D(d_{M−2}).

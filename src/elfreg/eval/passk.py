@@ -1,4 +1,4 @@
-"""pass@k and pass@1-with-seed-spread from per-sample verdicts (spec §5).
+"""pass@k and pass@1-with-seed-spread from per-sample verdicts (ELF-REG §5, App. B).
 
 * :func:`pass_at_k` is the unbiased estimator of Chen et al. (2021) from ``n`` samples with ``c``
   correct: ``1 − C(n−c, k) / C(n, k)``, computed as the stable product

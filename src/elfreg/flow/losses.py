@@ -1,4 +1,4 @@
-"""The loss terms as pure functions (spec §3). Each returns per-position (or per-row) values;
+"""The loss terms as pure functions (ELF-REG §3, App. A). Each returns per-position (or per-row) values;
 the averaging sets, which differ between terms, are applied in :mod:`elfreg.flow.objective`."""
 
 from __future__ import annotations

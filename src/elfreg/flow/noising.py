@@ -1,4 +1,4 @@
-"""Noising path, the clamped denominator c_t and the training-time distributions (spec §3).
+"""Noising path, the clamped denominator c_t and the training-time distributions (ELF-REG §3, App. A).
 
 Training draws come from a *source*: a ``torch.Generator`` (the whole batch from one stream, in
 batch order) or :class:`RowDraws` (row i from its own generator, so a row's draws do not depend

@@ -1,4 +1,4 @@
-"""The ELF-REG training objective for one batch: L = L_ELF + 0.5·L_REPA + 0.1·L_REG (spec §3).
+"""The ELF-REG training objective for one batch: L = L_ELF + 0.5·L_REPA + 0.1·L_REG (ELF-REG §3, App. A).
 
 Per batch row: one t ~ sigmoid(N(−1.5, 0.8)); with probability 0.2 a decode example (t = 1,
 q = 0, the clean states perturbed at every position, the prompt's included, as in ELF's code;

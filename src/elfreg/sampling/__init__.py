@@ -1,6 +1,6 @@
-"""Sampling (spec §4, §8): time grids, the Eq. 12 update loop shared by every sampler
-(early-stop, full-span, re-noising, adaptive exit), NFE counting, trajectories, and
-:func:`generate`, the one way from prompts to answers.
+"""Sampling (ELF-REG §3, §5.1 and App. C; adaptive exit beyond the paper): time grids, the Eq. 12
+update loop shared by every sampler (early-stop, full-span, re-noising, adaptive exit), NFE
+counting, trajectories, and :func:`generate`, the one way from prompts to answers.
 
 Public names are imported lazily so that ``elfreg --help`` does not load the model stack.
 """

@@ -1,4 +1,4 @@
-"""Policies that decode the clean prediction mid-path and act on what they read (spec §8, beyond
+"""Policies that decode the clean prediction mid-path and act on what they read (beyond the paper, beyond
 the paper): :class:`AdaptiveExit` stops a sample whose answer has stopped changing;
 :class:`CanvasTrim` stops computing the canvas positions past an answer whose end has stopped
 moving. Both spend counted decoder calls on their checks.
@@ -45,7 +45,7 @@ def exit_cost(step: int, interval: int, checks_made: torch.Tensor, need: torch.T
 
 
 class AdaptiveExit:
-    """Adaptive exit (spec §8): stop a sample when its decoded answer stops changing.
+    """Adaptive exit (beyond the paper): stop a sample when its decoded answer stops changing.
 
     After every K-th denoiser step (``adaptive_interval``) a row may *check*: decode its current
     clean prediction d_j (one decoder call, counted as NFE) and compare its key —

@@ -74,7 +74,7 @@ class SamplingModels:
 
 
 def answer_token_ids(ids: torch.Tensor, eos_id: int) -> list[int]:
-    """The answer of one decoded row (spec §1): answer-region ids (prompt positions are −1) up to,
+    """The answer of one decoded row (ELF-REG §3): answer-region ids (prompt positions are −1) up to,
     not including, the first EOS."""
     answer = ids[ids >= 0].tolist()
     return answer[: answer.index(eos_id)] if eos_id in answer else answer
@@ -90,7 +90,7 @@ def generate(model: SamplingModels | Student | Network, prompts: list[str], samp
              seed: int = 0, answer_key: AnswerKey | None = None, batch_size: int = 8, precision: str | None = None,
              record_every: int = 0, record_steps: Collection[int] = (), compile: bool = False,
              progress: bool = True) -> list[GenerationResult]:
-    """Generate ``samples`` answers for each prompt (spec §4): the one generation entry point.
+    """Generate ``samples`` answers for each prompt (ELF-REG §3, App. C): the one generation entry point.
 
     ``model`` is a loaded checkpoint (:func:`load_checkpoint`; its frozen encoder, flow config,
     precision and sampler defaults are used unless given here), or a :class:`Student` /

@@ -1,4 +1,4 @@
-"""Time grids of the three samplers (spec §4).
+"""Time grids of the three samplers (ELF-REG §3, App. C).
 
 Time runs from 0 (noise) to 1 (clean). A grid of ``K`` points drives ``K − 1`` updates; the
 network is evaluated at every point except the last.
@@ -58,7 +58,7 @@ def full_span_grid(nfe: int) -> torch.Tensor:
 
 def master_grid(nfe: int, rho: int, generator: torch.Generator, mean: float = MASTER_LOGIT_MEAN,
                 std: float = MASTER_LOGIT_STD) -> torch.Tensor:
-    """The prefix early-stop master grid (spec §4): ``M = rho·nfe`` sorted points in [0, 1].
+    """The prefix early-stop master grid (ELF-REG §3, App. C): ``M = rho·nfe`` sorted points in [0, 1].
 
     Point 0 is 0, point M−1 is 1 and the ``M − 2`` interior points are sigmoid(N(mean, std))
     draws from ``generator``, sorted. Returns a float64 CPU tensor of length M.

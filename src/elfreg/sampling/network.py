@@ -1,4 +1,4 @@
-"""The network as the samplers see it: a denoiser D_θ and a decoder D (spec §2, §4).
+"""The network as the samplers see it: a denoiser D_θ and a decoder D (ELF-REG §3, App. C).
 
 Samplers talk to a :class:`Network`, so that tests can drive them with stub networks whose
 predictions are known analytically. :class:`StudentNetwork` adapts a trained
@@ -26,7 +26,7 @@ On a CPU a large batch runs through the Transformer blocks in chunks of samples 
 last-level cache (:mod:`elfreg.model.cache_chunks`; ``cache_chunks=False`` runs it whole, and the compiled
 forward always does): the same predictions bit for bit, 1.33× faster at the B shape's batch 32.
 
-NFE is counted by :class:`CountingNetwork`, which wraps the network the samplers call (spec §4).
+NFE is counted by :class:`CountingNetwork`, which wraps the network the samplers call (ELF-REG §3, App. C).
 Definition used throughout elfreg: one forward pass of the network over a batch counts **one
 call for every row of that batch, charged to the sample the row belongs to**. A denoiser step on
 a batch of 8 samples therefore adds 1 to each of the 8 samples; with prompt CFG the conditional

@@ -1,4 +1,4 @@
-"""The samplers of spec §4 and §8, all driven by one update loop (:func:`follow_path`).
+"""The samplers of ELF-REG §3 and App. C, and beyond the paper, all driven by one update loop (:func:`follow_path`).
 
 Every sampler spends a budget of N NFE: N − 1 denoiser calls and one decoder call, counted by
 :class:`~elfreg.sampling.network.CountingNetwork` (not by formula); adaptive exit may spend fewer.

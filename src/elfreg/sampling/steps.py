@@ -1,4 +1,4 @@
-"""One sampler step: the guided prediction, the update rules and the noise they draw (spec §4).
+"""One sampler step: the guided prediction, the update rules and the noise they draw (ELF-REG §3, App. C).
 
 The sampled state is the joint text + REG state; every rule here applies to each component with
 the same time and is called once for the text part (B, L, d) and once for the REG part (B, d_r).

@@ -1,4 +1,4 @@
-"""Trajectory recording: what a sampler saw and predicted at each step (spec §4, §6).
+"""Trajectory recording: what a sampler saw and predicted at each step (ELF-REG §3-4, App. C).
 
 One :class:`Trajectory` per sample. Row ``s`` of every per-step tensor belongs to recorded step
 ``steps[s]`` (the network-call index j = 0, 1, …):

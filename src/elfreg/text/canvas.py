@@ -1,4 +1,4 @@
-"""The canvas: prompt | answer | EOS padding, as one fixed-length token row per example (spec §2).
+"""The canvas: prompt | answer | EOS padding, as one fixed-length token row per example (ELF-REG §3, App. A.1).
 
 Overflow policy (counted in :class:`CanvasStats`):
 - a prompt longer than ``prompt_cap`` keeps its last ``prompt_cap`` tokens (the question is at

@@ -212,7 +212,7 @@ class TeacherTargets:
 
 
 class FrozenTeacher:
-    """The AR teacher: sees clean prompt + answer with causal attention, training only (spec §2).
+    """The AR teacher: sees clean prompt + answer with causal attention, training only (ELF-REG §3, App. A.1).
 
     REG targets are standardised per feature with statistics set by :meth:`calibrate` (estimated
     once from teacher states of training examples before training, and saved with the run so a

@@ -6,7 +6,7 @@ Each is trained from scratch with the causal-LM loss on ``prompt + "\\n" + answe
 :mod:`elfreg.toy.corpus`); padding is never supervised and prompt tokens can be
 down-weighted (``prompt_loss_weight``): the prompts' names and numbers are random, so their
 tokens carry most of the loss but teach nothing about answering; on a CPU budget a weight of
-0.1 gave higher held-out accuracy for the same steps (see ``docs/toy_tasks.md``).
+0.1 gave higher held-out accuracy for the same steps (see ``docs/toy-tasks.md``).
 
 Precision follows :func:`elfreg.device.resolve_precision` (``auto`` is fp32 on a CPU whatever
 its instruction set, so the toy LMs are the same models on every machine); the loss is always

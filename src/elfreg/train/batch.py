@@ -86,7 +86,7 @@ def row_draws(seed: int, micro: int, positions: Sequence[int], device: torch.dev
 
 
 def build_canvas(frozen: FrozenText, examples: TrainingData, indices: list[int], device: torch.device) -> Canvas:
-    """The canvas (spec §2) of ``examples[i]`` for ``i`` in ``indices``, on ``device``: texts
+    """The canvas (ELF-REG §3, App. A.1) of ``examples[i]`` for ``i`` in ``indices``, on ``device``: texts
     are tokenised here, prepared shards (:class:`~elfreg.data.shards.ShardedExamples`) come
     as token ids."""
     chosen = [examples[i] for i in indices]

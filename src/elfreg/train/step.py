@@ -58,7 +58,7 @@ def micro_batch(run: Run, k: int) -> TrainBatch:
 
 def train_step(run: Run, step: int) -> StepResult:
     """Optimiser step ``step`` (0-based): learning rate, then ``train.grad_accum`` micro-batches
-    ``step·A … step·A + A − 1`` of L = L_ELF + 0.5·L_REPA + 0.1·L_REG (spec §3, weights from
+    ``step·A … step·A + A − 1`` of L = L_ELF + 0.5·L_REPA + 0.1·L_REG (ELF-REG §3, App. A, weights from
     ``loss``) each backpropagated with weight 1/A, gradient clipping, the optimiser, EMA update.
 
     Each row's random draws come from its own generator (:func:`~elfreg.train.batch.row_draws`),
