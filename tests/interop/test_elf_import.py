@@ -24,8 +24,7 @@ from elfreg.interop.elf_import import (
 )
 from elfreg.interop.elf_parity import check_parity
 from elfreg.sampling.network import CountingNetwork, StudentNetwork
-from elfreg.sampling.samplers import BatchContext, decode_rows, euler_move, follow_path
-from elfreg.sampling.samplers import Path as SamplerPath
+from elfreg.sampling.samplers import BatchContext, SamplerState, decode_rows, euler_move, follow_path
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "elf"
 SETS = ["uncond", "cond"]
@@ -130,7 +129,7 @@ def test_full_span_follows_elfs_sampling_loop_step_by_step(name, prefix, tmp_pat
     ctx = BatchContext(CountingNetwork(recording, b), sample, FlowConfig(sigma=2.0, c_min=0.05), cond.float(),
                        cond_mask, None, torch.full((b,), w), None)
     start = torch.where(cond_mask[..., None], cond, z0)
-    path = SamplerPath(start.clone(), None, torch.where(cond_mask[..., None], cond, torch.zeros_like(z0)), None,
+    path = SamplerState(start.clone(), None, torch.where(cond_mask[..., None], cond, torch.zeros_like(z0)), None,
                        torch.zeros(b, dtype=torch.long))
     follow_path(ctx, path, grid.expand(b, -1), euler_move)
     ids = decode_rows(ctx, path.y, None, None, None)
@@ -180,8 +179,8 @@ def test_an_imported_checkpoint_samples_and_trains_from_with_a_local_t5_encoder(
                             decoder_start_token_id=0)).save_pretrained(t5)
     out, _ = _import("cond", tmp_path, "ema", f"text.encoder={t5}")
     assert main(["sample", "--checkpoint", str(out), "--prompt", "ab", "--prompt", "", "--nfe", "6",
-                 "--no-progress", "--out", str(tmp_path / "answers.jsonl")]) == 0
-    rows = [json.loads(line) for line in (tmp_path / "answers.jsonl").read_text().splitlines()]
+                 "--no-progress", "--out", str(tmp_path / "answers")]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "answers" / "samples.jsonl").read_text().splitlines()]
     # the checkpoint's sampling defaults are ELF's conditional ones: full-span, prompt CFG 2 (two
     # calls per step)
     assert rows[0]["sampler"] == "full-span" and all(isinstance(r["text"], str) for r in rows)

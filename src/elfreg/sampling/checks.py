@@ -15,7 +15,7 @@ from ..config import SampleConfig
 from .network import CountingNetwork
 
 if TYPE_CHECKING:
-    from .samplers import Path
+    from .samplers import SamplerState
 
 # (sample index in the batch, (L,) argmax ids of a decode) → the key compared by adaptive exit.
 CheckKey = Callable[[int, torch.Tensor], Hashable]
@@ -25,7 +25,7 @@ def _whole_answer(_row: int, ids: torch.Tensor) -> Hashable:
     return tuple(ids[ids >= 0].tolist())
 
 
-def decode_prediction(net: CountingNetwork, path: Path, rows: torch.Tensor, prompt_mask: torch.Tensor,
+def decode_prediction(net: CountingNetwork, path: SamplerState, rows: torch.Tensor, prompt_mask: torch.Tensor,
                       w: torch.Tensor) -> torch.Tensor:
     """One counted decoder call on the current clean prediction of ``rows`` (whole canvas), on the CPU."""
     di = rows.to(prompt_mask.device)
@@ -81,7 +81,7 @@ class AdaptiveExit:
         self.final_ids = torch.full((b, length), -1, dtype=torch.long)
         self.exit_time = torch.zeros(b, dtype=torch.float64)
 
-    def _retire(self, path: Path, mask: torch.Tensor) -> None:
+    def _retire(self, path: SamplerState, mask: torch.Tensor) -> None:
         """Final answer of the rows in ``mask``: their last clean prediction, decoded once."""
         reuse = mask & self.checked_last
         self.final_ids[reuse] = self.last_ids[reuse]
@@ -93,12 +93,12 @@ class AdaptiveExit:
         self.exit_time[done] = self.times[done.to(self.times.device), at.to(self.times.device)].cpu()
         self.active &= ~mask
 
-    def before_step(self, path: Path, active: torch.Tensor) -> torch.Tensor:
+    def before_step(self, path: SamplerState, active: torch.Tensor) -> torch.Tensor:
         affordable = active & (self.net.nfe + 2 <= self.n)
         self._retire(path, active & ~affordable)
         return self.active.clone()
 
-    def after_step(self, j: int, path: Path, active: torch.Tensor) -> torch.Tensor:
+    def after_step(self, j: int, path: SamplerState, active: torch.Tensor) -> torch.Tensor:
         self.checked_last[active] = False
         if (j + 1) % self.interval:
             return self.active.clone()
@@ -120,7 +120,7 @@ class AdaptiveExit:
             self._retire(path, stop)
         return self.active.clone()
 
-    def finish(self, path: Path) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def finish(self, path: SamplerState) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Retire the rows still running; (token ids, exit times, early-exit flags)."""
         self._retire(path, self.active.clone())
         return self.final_ids, self.exit_time, self.early
@@ -183,7 +183,7 @@ class CanvasTrim:
         n = self.lengths[rows]
         return [(rows[n == k], k) for k in n.unique().tolist()]
 
-    def after_step(self, j: int, path: Path, active: torch.Tensor) -> None:
+    def after_step(self, j: int, path: SamplerState, active: torch.Tensor) -> None:
         if (j + 1) % self.interval:
             return
         need = checks_to_exit(self.streak, self.has_ref, self.patience)

@@ -98,7 +98,7 @@ class BatchContext:
 
 
 @dataclass
-class Path:
+class SamplerState:
     """Where each row of the batch stands: its current network input (y_j, or z_i when
     re-noising), its last clean prediction (the next self-conditioning input q) and the
     denoiser steps it has taken. REG parts are None for students without a REG token."""
@@ -144,8 +144,8 @@ def canvas_groups(rows: torch.Tensor, length: int, trim: CanvasTrim | None) -> l
     return [(rows, length)] if trim is None else trim.groups(rows)
 
 
-def follow_path(ctx: BatchContext, path: Path, times: torch.Tensor, move: Move,
-                policy: AdaptiveExit | None = None, trim: CanvasTrim | None = None) -> Path:
+def follow_path(ctx: BatchContext, path: SamplerState, times: torch.Tensor, move: Move,
+                policy: AdaptiveExit | None = None, trim: CanvasTrim | None = None) -> SamplerState:
     """The one update loop of every sampler: N − 1 network calls at ``times[:, j]`` (B, K).
 
     After call j a row moves to ``times[:, j + 1]`` when the grid has that point (Euler grids have
@@ -246,14 +246,14 @@ def sampler_times(sample: SampleConfig, seeds: list[int]) -> torch.Tensor:
 
 
 def _start(reg_dim: int | None, prompt_states: torch.Tensor, prompt_mask: torch.Tensor, noise: NoiseSource,
-           sigma: float) -> Path:
+           sigma: float) -> SamplerState:
     b, length, dim = prompt_states.shape
     rows = torch.arange(b)
     text = sigma * noise.normal(rows, (length, dim))
     reg = sigma * noise.normal(rows, (reg_dim,)) if reg_dim else None
     y0 = torch.where(prompt_mask[..., None], prompt_states, text)
     q0 = torch.where(prompt_mask[..., None], prompt_states, torch.zeros_like(text))
-    return Path(y0, reg, q0, None if reg is None else torch.zeros_like(reg), torch.zeros(b, dtype=torch.long))
+    return SamplerState(y0, reg, q0, None if reg is None else torch.zeros_like(reg), torch.zeros(b, dtype=torch.long))
 
 
 @torch.no_grad()

@@ -8,20 +8,24 @@ are then loaded with ``from_pretrained`` like any hub model.
 
 from __future__ import annotations
 
+import sys
+
 from elfreg.config import DataConfig
 from elfreg.data.examples import Example
 from elfreg.toy.corpus import lm_prompt
 
 
 def resolve_toy_id(name: str) -> str:
-    """``toy[-quick]:encoder|teacher|tokenizer`` → the local folder of the cached toy build."""
+    """``toy[-quick]:encoder|teacher|tokenizer`` → the local folder of the cached toy build. A
+    first use builds it, with progress bars only on a terminal: the id is resolved deep inside
+    commands whose ``--no-progress`` cannot reach here, and a log should not fill with bars."""
     from elfreg.toy.assets import build_toy_assets
 
     scheme, _, part = name.partition(":")
     folders = {"encoder": "encoder_dir", "teacher": "teacher_dir", "tokenizer": "tokenizer_dir"}
     if part not in folders:
         raise ValueError(f"unknown toy model id {name!r}; use {scheme}:encoder, {scheme}:teacher or {scheme}:tokenizer")
-    assets = build_toy_assets(quick=scheme == "toy-quick")
+    assets = build_toy_assets(quick=scheme == "toy-quick", progress=sys.stderr.isatty())
     return str(getattr(assets, folders[part]))
 
 
