@@ -266,7 +266,7 @@ class EvalConfig:
     source: str = field(default="auto", metadata={
         "help": "auto (local copy, else the Hub), local, hub, or a JSONL file path"})
     data_dir: str | None = field(default=None, metadata={
-        "help": "benchmark data directory (default $ELFREG_DATA_DIR or ../shared/data)"})
+        "help": "benchmark data directory (default $ELFREG_DATA_DIR, else the user cache data/ folder)"})
     template: str | None = field(default=None, metadata={"help": "prompt template (str.format fields of the task)"})
     # toy demo only (elfreg eval does not take them)
     split: Literal["valid", "test"] = field(default="test", metadata={

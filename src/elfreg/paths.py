@@ -1,7 +1,8 @@
 """Where elfreg looks for benchmark data and keeps its caches.
 
 Benchmark copies are read from a configurable data directory; nothing is copied into the
-repository and nothing is downloaded.
+repository. Where a benchmark has no local copy, its Hub dataset is read instead
+(:mod:`elfreg.eval.sources`).
 """
 
 from __future__ import annotations
@@ -9,26 +10,21 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
-
 
 def data_dir(override: str | os.PathLike | None = None) -> Path:
     """The benchmark data directory.
 
-    Order: explicit ``override``, then ``$ELFREG_DATA_DIR``, then ``../shared/data`` next to the
-    current directory, then ``../shared/data`` next to the source checkout. The returned path may
-    not exist; callers that need it raise (or tests skip) with a clear reason.
+    Order: explicit ``override`` (``--data-dir``), then ``$ELFREG_DATA_DIR``, then ``data/`` in
+    the user cache (:func:`cache_dir`). It never depends on where the package or the current
+    directory lies. The returned path may not exist; callers that need it fall back to the Hub,
+    raise, or (tests) skip with a clear reason.
     """
     if override is not None:
         return Path(override)
     env = os.environ.get("ELFREG_DATA_DIR")
     if env:
         return Path(env)
-    for base in (Path.cwd(), _REPO_ROOT):
-        candidate = (base / ".." / "shared" / "data").resolve()
-        if candidate.is_dir():
-            return candidate
-    return (Path.cwd() / ".." / "shared" / "data").resolve()
+    return cache_dir() / "data"
 
 
 def cache_dir(override: str | os.PathLike | None = None) -> Path:
