@@ -1,5 +1,5 @@
 """Before/after of one change, measured side by side: a B-shape denoise call with its batch run
-through the blocks in chunks of samples (``elfreg.model.cache_chunks``) against the whole
+through the blocks in chunks of samples (``elfreg.sampling.cache_chunks``) against the whole
 batch at once, for the chunk sizes the rule picks on this machine and any others given. Every
 case and a GEMM probe run in the same process on the same network, timed interleaved; each
 case's time is also given over its FLOP floor (FLOPs / the probe's GFLOP/s in the same rounds).
@@ -7,7 +7,7 @@ case's time is also given over its FLOP floor (FLOPs / the probe's GFLOP/s in th
     python benchmarks/cache_chunks_ab.py --precision bf16 --batches 8 16 32 --chunks 4 8 --repeats 5
 
 The chunked calls compute the whole batch's values bit for bit (checked here once per case and
-in ``tests/model/test_model_cache_chunks.py``); this script measures their speed.
+in ``tests/sampling/test_sampling_cache_chunks.py``); this script measures their speed.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from perf.flops import count  # noqa: E402
 from perf.gemm import timed_beside_probe  # noqa: E402
 
 from elfreg.device import autocast  # noqa: E402
-from elfreg.model.cache_chunks import even_chunks  # noqa: E402
+from elfreg.sampling.cache_chunks import even_chunks  # noqa: E402
 
 
 def main() -> None:

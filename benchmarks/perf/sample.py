@@ -15,7 +15,7 @@ large square matmul. In bf16, a third call per batch, *denoise, autocast casts*,
 student under autocast as the network did before it kept a bf16 copy of its weights
 (:mod:`elfreg.model.inference`): its time over the denoise call's is what the copy saves. Where
 the network runs a batch's blocks in cache-sized chunks of samples
-(:mod:`elfreg.model.cache_chunks`), *denoise, one chunk* runs the same call on the whole batch
+(:mod:`elfreg.sampling.cache_chunks`), *denoise, one chunk* runs the same call on the whole batch
 at once: its time over the denoise call's is what the chunks save.
 
 End to end, prompt states are random (the frozen encoder is not timed, as it is not an NFE);

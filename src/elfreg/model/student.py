@@ -157,7 +157,7 @@ class Student(nn.Module):
                 and ``reg_hat`` is None): "REG removed at inference" of Table 5.
             sample_chunks: run the blocks on chunks of samples of these sizes, in order (the
                 prefix tokens, embeddings and heads on the whole batch): the same values, in less
-                cache (:mod:`elfreg.model.cache_chunks`).
+                cache (:mod:`elfreg.sampling.cache_chunks`).
             attention_mask: (B, L) content positions that may be attended to (1/True), as ELF's
                 ``attention_mask``; prefix tokens always may. None: every position.
         """

@@ -23,7 +23,7 @@ float rounding): it pays at small shapes, where per-call overhead dominates, ove
 (docs/performance.md).
 
 On a CPU a large batch runs through the Transformer blocks in chunks of samples sized to the
-last-level cache (:mod:`elfreg.model.cache_chunks`; ``cache_chunks=False`` runs it whole, and the compiled
+last-level cache (:mod:`elfreg.sampling.cache_chunks`; ``cache_chunks=False`` runs it whole, and the compiled
 forward always does): the same predictions bit for bit, 1.33× faster at the B shape's batch 32.
 
 NFE is counted by :class:`CountingNetwork`, which wraps the network the samplers call (ELF-REG §3, App. C).
@@ -43,9 +43,9 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from ..device import autocast
-from ..model.cache_chunks import chunk_sizes, cpu_cache_bytes
 from ..model.inference import Bf16Copy
 from ..model.student import Student
+from .cache_chunks import chunk_sizes, cpu_cache_bytes
 
 # Upper bound on the number of logits held at once while decoding (positions × vocabulary).
 LOGITS_PER_CHUNK = 1 << 25
@@ -123,7 +123,7 @@ class StudentNetwork:
 
     def sample_chunks(self, x: torch.Tensor) -> list[int] | None:
         """The chunks of samples the blocks run on for a call on states ``x`` (B, L, d)
-        (:mod:`elfreg.model.cache_chunks`), or None for the whole batch at once."""
+        (:mod:`elfreg.sampling.cache_chunks`), or None for the whole batch at once."""
         if not self.cache_chunks:
             return None
         element_bytes = 2 if self.bf16 else x.element_size()

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from elfreg.config import ModelConfig
-from elfreg.model import cache_chunks
-from elfreg.model.cache_chunks import MIN_ROWS, chunk_sizes, cpu_cache_bytes, even_chunks, last_level_cache_bytes
 from elfreg.model.student import Student
+from elfreg.sampling import cache_chunks
+from elfreg.sampling.cache_chunks import MIN_ROWS, chunk_sizes, cpu_cache_bytes, even_chunks, last_level_cache_bytes
 from elfreg.sampling.network import StudentNetwork
 
 CFG = ModelConfig(width=32, depth=2, heads=2, repa_block=1, projector_hidden=16, time_freq_dim=16)
