@@ -41,7 +41,7 @@ def main() -> None:
     args = p.parse_args()
     device = torch.device("cpu")
     net = sample._student_network(run.B, args.precision, device)
-    model = net._model()
+    model = net.calling_module()
     cases, plans, flops = {}, {}, {}
     for batch in args.batches:
         x = sample._inputs(run.B, batch, device)

@@ -111,7 +111,7 @@ class StudentNetwork:
     def device(self) -> torch.device:
         return next(self.student.parameters()).device
 
-    def _model(self) -> Student:
+    def calling_module(self) -> Student:
         """The module that runs the calls: the student, or its bf16 copy (kept current);
         compiled when asked (the compiled wrapper's other methods run the module's own)."""
         model = self.student if self._bf16_copy is None else self._bf16_copy.get()
@@ -135,7 +135,7 @@ class StudentNetwork:
                 prompt_mask: torch.Tensor, reg: torch.Tensor | None = None,
                 reg_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         with autocast(self.device, self.bf16):
-            out = self._model()(z, q, t, w, prompt_mask, reg=reg, reg_self_cond=reg_q, drop_reg=reg is None,
+            out = self.calling_module()(z, q, t, w, prompt_mask, reg=reg, reg_self_cond=reg_q, drop_reg=reg is None,
                                 sample_chunks=self.sample_chunks(z))
         return out.x_hat.float(), None if out.reg_hat is None else out.reg_hat.float()
 
@@ -145,7 +145,7 @@ class StudentNetwork:
         """The decode-mode hidden states h (B, L, width) that the vocabulary head maps to logits
         (``student.decode_logits(h)``); one uncounted call, for analyses of the decoder."""
         with autocast(self.device, self.bf16):
-            return self._decode_mode(self._model(), x, prompt_mask, reg, w)
+            return self._decode_mode(self.calling_module(), x, prompt_mask, reg, w)
 
     def _decode_mode(self, model: Student, x: torch.Tensor, prompt_mask: torch.Tensor, reg: torch.Tensor | None,
                      w: torch.Tensor) -> torch.Tensor:
@@ -158,7 +158,7 @@ class StudentNetwork:
     @torch.no_grad()
     def decode(self, x: torch.Tensor, prompt_mask: torch.Tensor, reg: torch.Tensor | None,
                w: torch.Tensor) -> torch.Tensor:
-        model = self._model()
+        model = self.calling_module()
         with autocast(self.device, self.bf16):
             hidden = self._decode_mode(model, x, prompt_mask, reg, w)
             if self.eos_id is None:
