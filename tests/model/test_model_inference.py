@@ -98,7 +98,8 @@ def test_a_compiled_network_gives_the_eager_networks_predictions():
     z, q, t, w, mask, reg = _inputs()
     eager = StudentNetwork(student, bf16=False)
     compiled = StudentNetwork(student, bf16=False, compile=True)
-    assert isinstance(compiled.calling_module(), OptimizedModule) and compiled.calling_module() is compiled.calling_module()
+    module = compiled.calling_module()
+    assert isinstance(module, OptimizedModule) and compiled.calling_module() is module
     x_e, r_e = eager.denoise(z, q, t, w, mask, reg, reg)
     x_c, r_c = compiled.denoise(z, q, t, w, mask, reg, reg)
     torch.testing.assert_close(x_c, x_e, rtol=1e-5, atol=1e-5)
