@@ -25,19 +25,17 @@ from unittest import mock
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from elfreg.host_memory import keep_freed_memory
+from elfreg.model import blocks
+from elfreg.model.blocks import softmax_attention
+from elfreg.sampling import StudentNetwork
 
-import run  # noqa: E402
-from perf import sample  # noqa: E402
-from perf.breakdown import time_breakdown  # noqa: E402
-from perf.common import write_report  # noqa: E402
-from perf.flops import count  # noqa: E402
-from perf.gemm import timed_beside_probe  # noqa: E402
-
-from elfreg.host_memory import keep_freed_memory  # noqa: E402
-from elfreg.model import blocks  # noqa: E402
-from elfreg.model.blocks import softmax_attention  # noqa: E402
-from elfreg.sampling import StudentNetwork  # noqa: E402
+import run
+from perf import sample
+from perf.breakdown import time_breakdown
+from perf.common import write_report
+from perf.flops import count
+from perf.gemm import timed_beside_probe
 
 
 def main() -> None:

@@ -19,16 +19,14 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from elfreg.device import autocast
+from elfreg.sampling.cache_chunks import even_chunks
 
-import run  # noqa: E402
-from perf import sample  # noqa: E402
-from perf.common import machine_description  # noqa: E402
-from perf.flops import count  # noqa: E402
-from perf.gemm import timed_beside_probe  # noqa: E402
-
-from elfreg.device import autocast  # noqa: E402
-from elfreg.sampling.cache_chunks import even_chunks  # noqa: E402
+import run
+from perf import sample
+from perf.common import machine_description
+from perf.flops import count
+from perf.gemm import timed_beside_probe
 
 
 def main() -> None:

@@ -18,21 +18,19 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from perf.common import write_report  # noqa: E402
+from elfreg.config import Config
+from elfreg.sampling.generate import GenerationResult, generate, load_checkpoint
+from elfreg.toy import arith
+from elfreg.toy.demo import heldout_problems
+from elfreg.toy.registry import as_example
 
-from elfreg.config import Config  # noqa: E402
-from elfreg.sampling.generate import GenerationResult, generate, load_checkpoint  # noqa: E402
-from elfreg.toy import arith  # noqa: E402
-from elfreg.toy.demo import heldout_problems  # noqa: E402
-from elfreg.toy.registry import as_example  # noqa: E402
+from perf.common import write_report
 
 
 def _settings(margins: list[int]) -> dict[str, dict[str, Any]]:

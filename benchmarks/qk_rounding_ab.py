@@ -14,19 +14,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from elfreg.model import blocks
 
-import run  # noqa: E402
-from perf import sample  # noqa: E402
-from perf.common import timed  # noqa: E402
-
-from elfreg.model import blocks  # noqa: E402
+import run
+from perf import sample
+from perf.common import timed
 
 
 def _rope_rounding_twice(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

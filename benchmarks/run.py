@@ -23,18 +23,16 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from elfreg.device import resolve_device, resolve_precision
+from elfreg.host_memory import keep_freed_memory
 
-from perf.common import machine_description, peak_memory_bytes  # noqa: E402
-from perf.frozen import frozen_cases, frozen_shapes  # noqa: E402
-from perf.gemm import gemm_ceilings  # noqa: E402
-from perf.host_memory import host_memory_section  # noqa: E402
-from perf.report import markdown  # noqa: E402
-from perf.sample import end_to_end, per_call, top_token_ops  # noqa: E402
-from perf.train import Shape, optimizer_section, train_section  # noqa: E402
-
-from elfreg.device import resolve_device, resolve_precision  # noqa: E402
-from elfreg.host_memory import keep_freed_memory  # noqa: E402
+from perf.common import machine_description, peak_memory_bytes
+from perf.frozen import frozen_cases, frozen_shapes
+from perf.gemm import gemm_ceilings
+from perf.host_memory import host_memory_section
+from perf.report import markdown
+from perf.sample import end_to_end, per_call, top_token_ops
+from perf.train import Shape, optimizer_section, train_section
 
 SECTIONS = ("gemm", "train", "host", "calls", "e2e", "sampling")  # sampling: calls and e2e
 

@@ -14,11 +14,9 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import run  # noqa: E402
-from perf.common import write_report  # noqa: E402
-from perf.host_memory import host_memory_section  # noqa: E402
+import run
+from perf.common import write_report
+from perf.host_memory import host_memory_section
 
 
 def main() -> None:

@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from perf.common import write_report  # noqa: E402
+from elfreg.sampling.generate import generate, load_checkpoint
+from elfreg.toy.demo import heldout_problems
+from elfreg.toy.registry import as_example
 
-from elfreg.sampling.generate import generate, load_checkpoint  # noqa: E402
-from elfreg.toy.demo import heldout_problems  # noqa: E402
-from elfreg.toy.registry import as_example  # noqa: E402
+from perf.common import write_report
 
 
 def main() -> None:

@@ -4,17 +4,12 @@ into matmul / attention / other."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-from perf.breakdown import GROUPS, group_of, time_breakdown  # noqa: E402
-from perf.flops import count, flop_counter, split  # noqa: E402
+from perf.breakdown import GROUPS, group_of, time_breakdown
+from perf.flops import count, flop_counter, split
 
 B, H, S, D = 2, 3, 10, 8
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -86,19 +87,11 @@ def test_quick_benchmark_writes_every_section(tmp_path):
     assert not bad, bad
 
 
-def _plan():
-    sys.path.insert(0, str(RUN.parent))
-    try:
-        import run
-    finally:
-        sys.path.remove(str(RUN.parent))
-    return run
-
-
 def test_default_and_full_plans_cover_the_measured_grid():
     """The default run samples at the paper's main NFE settings; ``--full`` adds the B shape's
     calls at batch 32 and its end-to-end sampling at batch 16, and nothing else changes."""
-    run = _plan()
+    import run
+
     default, full = run.plan(quick=False), run.plan(quick=False, full=True)
     assert default["nfes"] == full["nfes"] == [16, 64, 128]
     calls = {s.name: bs for s, bs in default["call_shapes"]}
@@ -116,13 +109,13 @@ def test_a_train_shape_is_timed_at_least_its_fewest_repeats(tmp_path):
     """A shape's fewest repeats raise the run's ``--repeats`` and never lower it, for the step
     and the optimiser timings alike (a subprocess: the run keeps freed memory process-wide)."""
     script = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import run\n"
+        "import sys; import run\n"
         "quick = run.plan(True)\n"
         "run.plan = lambda q, f=False: {**quick, 'train_shapes': [(run.TINY, 3), (run.TINY_WIDE, 1)]}\n"
         "r = run.main(['--quick', '--sections', 'train', '--repeats', '2', '--out', sys.argv[2]])\n"
         "print([(s['repeats'], s['optimizer_impls']['repeats']) for s in r['train']])\n")
-    proc = subprocess.run([sys.executable, "-c", script, str(RUN.parent), str(tmp_path)], capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", script, "", str(tmp_path)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(RUN.parent)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "[(3, 3), (2, 2)]"
 
@@ -133,7 +126,6 @@ def test_quick_and_full_together_are_refused():
 
 
 def test_host_memory_section_times_denoise_calls_in_a_process_per_setting():
-    sys.path.insert(0, str(RUN.parent))
     import run
     from perf.host_memory import host_memory_section
 
