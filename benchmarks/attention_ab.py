@@ -40,21 +40,24 @@ from perf.gemm import timed_beside_probe
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shape", choices=sorted(run.SHAPES), default=run.B.name,
+                   help="network shape (default elf-reg-b; tiny is the smoke test's)")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     p.add_argument("--group-mib", type=float, nargs="*", default=[], help="more group sizes of the matmul path")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     args = p.parse_args()
+    shape = run.SHAPES[args.shape]
     device = torch.device("cpu")
     kept = keep_freed_memory()
-    net = sample._student_network(run.B, args.precision, device)
+    net = sample.student_network(shape, args.precision, device)
     fp32 = StudentNetwork(net.student, bf16=False, eos_id=None)
     groups = {"matmuls": blocks.SCORES_BYTES, "sdpa": None,
               **{f"matmuls, groups of {mib:g} MiB": int(mib * 2**20) for mib in args.group_mib}}
     cases, plans = {}, {}
     for batch in args.batches:
-        x = sample._inputs(run.B, batch, device)
+        x = sample.call_inputs(shape, batch, device)
         q = torch.randn_like(x["z"]) * 0.5  # a mid-path self-conditioning input
 
         def call(scores_bytes, network=net, x=x, q=q) -> torch.Tensor:
@@ -85,8 +88,8 @@ def main() -> None:
               f"{r['attention_over_floor']:.2f}x its floor  error vs fp32 {error:.4%}")
     print(f"probe {gflops:.0f} GFLOP/s")
     if args.out:
-        write_report(args.out, {"precision": args.precision, "batches": args.batches, "group_mib": args.group_mib,
-                                "repeats": args.repeats}, rows,
+        write_report(args.out, {"shape": args.shape, "precision": args.precision, "batches": args.batches,
+                                "group_mib": args.group_mib, "repeats": args.repeats}, rows,
                      command=" ".join(["benchmarks/attention_ab.py", *sys.argv[1:]]),
                      host_memory_kept=kept, probe_gflops=gflops)
 

@@ -31,18 +31,21 @@ from perf.gemm import timed_beside_probe
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shape", choices=sorted(run.SHAPES), default=run.B.name,
+                   help="network shape (default elf-reg-b; tiny is the smoke test's)")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
     p.add_argument("--batches", type=int, nargs="+", default=[8, 16, 32])
     p.add_argument("--chunks", type=int, nargs="*", default=[], help="chunk sizes to time besides the rule's")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     args = p.parse_args()
+    shape = run.SHAPES[args.shape]
     device = torch.device("cpu")
-    net = sample._student_network(run.B, args.precision, device)
+    net = sample.student_network(shape, args.precision, device)
     model = net.calling_module()
     cases, plans, flops = {}, {}, {}
     for batch in args.batches:
-        x = sample._inputs(run.B, batch, device)
+        x = sample.call_inputs(shape, batch, device)
         q = torch.randn_like(x["z"]) * 0.5  # a mid-path self-conditioning input
         rule = net.sample_chunks(x["z"])
         options = {"whole": None, **({"rule": rule} if rule else {})}
@@ -70,7 +73,8 @@ def main() -> None:
     print(f"probe {gflops:.0f} GFLOP/s")
     if args.out:
         args.out.write_text(json.dumps({"command": " ".join(["benchmarks/cache_chunks_ab.py", *sys.argv[1:]]),
-                                        "machine": machine_description(device), "precision": args.precision,
+                                        "machine": machine_description(device), "shape": args.shape,
+                                        "precision": args.precision,
                                         "repeats": args.repeats, "probe_gflops": gflops, "rows": rows}, indent=1))
 
 

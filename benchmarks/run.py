@@ -47,6 +47,8 @@ TINY = Shape("tiny", width=32, depth=2, heads=2, repa_block=1, projector_hidden=
              teacher_dim=48, vocab=64, batch=4, canvas=24, prompt=8, time_freq_dim=16)
 TINY_WIDE = Shape("tiny-wide", width=64, depth=2, heads=2, repa_block=1, projector_hidden=64, enc_dim=48,
                   teacher_dim=64, vocab=512, batch=2, canvas=32, prompt=8, time_freq_dim=16)
+# the shapes the A/B scripts take by name (--shape)
+SHAPES = {s.name: s for s in (TINY, DEMO, B)}
 
 
 def plan(quick: bool, full: bool = False) -> dict[str, Any]:

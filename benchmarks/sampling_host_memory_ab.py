@@ -21,15 +21,18 @@ from perf.host_memory import host_memory_section
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shape", choices=sorted(run.SHAPES), default=run.B.name,
+                   help="network shape (default elf-reg-b; tiny is the smoke test's)")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
     p.add_argument("--batches", type=int, nargs="+", default=[8, 16, 32])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--calls", type=int, default=3, help="timed calls per process, after one untimed")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     args = p.parse_args()
+    shape = run.SHAPES[args.shape]
     sections = []
     for batch in args.batches:
-        sec = host_memory_section(run.B, args.precision, args.rounds, args.calls, denoise_batch=batch)
+        sec = host_memory_section(shape, args.precision, args.rounds, args.calls, denoise_batch=batch)
         sections.append(sec)
         for setting in ("release", "keep"):
             row = sec[setting]
@@ -38,8 +41,8 @@ def main() -> None:
                   f"peak RSS {row['peak_rss_bytes'] / 2**30:.2f} GiB")
         print(f"batch {batch:3d}  release / keep {sec['release_over_keep']:.3f}")
     if args.out:
-        write_report(args.out, {"precision": args.precision, "batches": args.batches, "rounds": args.rounds,
-                                "calls": args.calls}, sections,
+        write_report(args.out, {"shape": args.shape, "precision": args.precision, "batches": args.batches,
+                                "rounds": args.rounds, "calls": args.calls}, sections,
                      command=" ".join(["benchmarks/sampling_host_memory_ab.py", *sys.argv[1:]]))
 
 

@@ -28,13 +28,14 @@ def main() -> None:
     p.add_argument("--nfes", type=int, nargs="+", default=[16])
     p.add_argument("--samplers", nargs="+", default=["early-stop"])
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--limit", type=int, default=0, help="only the first N problems of the split (0: all)")
     p.add_argument("--out", help="write the results as JSON here")
     args = p.parse_args()
 
     ckpt = open_checkpoint(args.run)
     cfg = ckpt.config
     cfg.eval.split = args.split
-    cfg.eval.limit = 0
+    cfg.eval.limit = args.limit
     problems = heldout_problems(cfg)
     frozen = load_frozen_text(cfg.text, with_teacher=False)
     student = ckpt.load_student(use_ema=True)

