@@ -46,21 +46,25 @@ from elfreg.toy.registry import as_example, toy_examples
 from elfreg.toy.report import format_table, write_outputs
 from elfreg.train.loop import train
 
-# The default budget (chosen on the valid split, docs/demo.md): a 128-wide, 4-block student,
-# 2,400 steps of 32 at lr 3e-3 with the feature cache. The SC-CFG scale is drawn from [0.5, 2]
-# in training, not the paper's [0.5, 5]: with the auxiliary predictions at the row's w, learning
-# the strongly extrapolated targets of w up to 5 cost this 1M-parameter student 44 points on the
-# valid split (46.7 % vs 90.8 %, early-stop at 16 NFE); sampling at w = 1, 2 or 3 scores alike.
+# The default recipe (chosen on the valid split with training seed 0, docs/demo.md and
+# docs/records/2026-12-04-toy-recipe.md): a 128-wide, 4-block student, 1,800 steps of 32 with
+# ELF's Muon at lr 2e-3 and weight decay 1.0, with the feature cache. Weight decay is what makes
+# runs converge: this task is learnt in a late jump from memorising to computing, and decay
+# brings the jump forward (valid pass@1 at 1,500 steps: 34 % without, 62 % at 0.5, 70 % at 1.0),
+# so the runs reach the plateau within the budget instead of being caught mid-jump. The SC-CFG
+# scale is drawn from [0.5, 2] in training, not the paper's [0.5, 5]: with the auxiliary
+# predictions at the row's w, learning the strongly extrapolated targets of w up to 5 cost the
+# earlier student 44 points on the valid split; sampling at w = 1, 2 or 3 scores alike.
 DEMO = {
     "text": {"encoder": "toy:encoder", "encoder_layer": 2, "teacher": "toy:teacher", "repa_layer": 1,
              "reg_layer": 2, "canvas_len": 56, "prompt_cap": 32},
     "model": {"width": 128, "depth": 4, "heads": 2, "repa_block": 2, "projector_hidden": 256, "time_freq_dim": 64},
     "flow": {"w_max": 2.0},
     "data": {"source": "toy-arith", "toy_level": 1, "toy_count": 20000},
-    "train": {"steps": 2400, "batch_size": 32, "lr": 3e-3, "warmup_steps": 100, "ckpt_every": 240,
-              "log_every": 10, "ema_decay": 0.99, "feature_cache": True},
+    "train": {"steps": 1800, "batch_size": 32, "optimizer": "muon", "lr": 2e-3, "weight_decay": 1.0,
+              "warmup_steps": 100, "ckpt_every": 300, "log_every": 10, "ema_decay": 0.99, "feature_cache": True},
     "sample": {"sc_cfg": 1.0},
-    "eval": {"samples": 3, "nfes": [4, 8, 16, 32], "samplers": ["early-stop", "full-span"], "split": "test"},
+    "eval": {"samples": 3, "nfes": [4, 8, 16], "samplers": ["early-stop", "full-span"], "split": "test"},
 }
 # CI size: the quick toy LMs, a 2-block student, 150 steps, 48 problems.
 QUICK = {
