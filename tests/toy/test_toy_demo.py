@@ -39,6 +39,7 @@ def test_the_default_demo_is_the_documented_budget():
     assert (cfg.flow.w_min, cfg.flow.w_max, cfg.sample.sc_cfg) == (0.5, 2.0, 1.0)  # see docs/demo.md
     quick = demo_config(quick=True)
     assert quick.text.encoder == "toy-quick:encoder" and quick.eval.limit == 48 and quick.train.steps == 150
+    assert (quick.train.optimizer, quick.train.weight_decay) == ("adamw", 0.0)
 
 
 def test_demo_settings_are_a_strict_run_config(tmp_path):
