@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from elfreg.config import Config
-from elfreg.sampling.generate import GenerationResult, generate, load_checkpoint
+from elfreg.sampling.generation import GenerationResult, generate, load_checkpoint
 from elfreg.toy import arith
 from elfreg.toy.demo import heldout_problems
 from elfreg.toy.registry import as_example

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from elfreg.eval import get_task, sandbox_isolation, score_predictions
-from elfreg.eval.code_expected import ExpectedOutputs
+from elfreg.eval.code.expected import ExpectedOutputs
 
 
 def predictions(task_name: str, samples: int, plus_limit: int | None, cache: str) -> tuple[Any, list[dict]]:

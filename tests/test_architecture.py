@@ -8,7 +8,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "elfreg"
 CORE_ROOMS = ("text", "model", "flow", "sampling")
-HARNESSES = ("toy", "eval", "train", "data", "study", "analysis", "interop")
+HARNESSES = ("toy", "eval", "train", "data", "analysis", "interop")
 
 
 def _modules() -> list[Path]:
@@ -41,8 +41,8 @@ def _room(path: Path) -> str:
 
 
 def test_import_directions():
-    """Core rooms import no harness; only toy/, study/ and the CLI name a toy module. One test over
-    every module, its failures listed together."""
+    """Core rooms import no harness; only toy/ (the study grid included) and the CLI name a toy
+    module. One test over every module, its failures listed together."""
     bad = []
     for path in _modules():
         room, names = _room(path), _imported(path)
@@ -50,15 +50,14 @@ def test_import_directions():
         if room in CORE_ROOMS:
             bad += [f"{where}: the core room {room}/ imports {n}" for n in sorted(names)
                     if n.split(".")[1] in HARNESSES]
-        if room not in ("toy", "study", "cli"):
+        if room not in ("toy", "cli"):
             bad += [f"{where}: names the toy module {n}" for n in sorted(names) if n.startswith("elfreg.toy")]
     assert bad == []
 
 
 # What the analysis room may read: settings, the sampling room, the tasks' checkers, and the shared
-# checkpoint, file, folder and plug-in helpers (eval.outdir for the output folder's identity).
-ANALYSIS_IMPORTS = ("config", "device", "sampling", "eval.tasks", "eval.outdir", "checkpoint", "jsonl", "runs",
-                    "plugins", "analysis", "strict")
+# checkpoint, file, run-folder and plug-in helpers.
+ANALYSIS_IMPORTS = ("config", "device", "sampling", "eval.tasks", "checkpoint", "jsonl", "runs", "plugins", "analysis")
 
 
 def test_the_analysis_room_imports_only_its_table():
@@ -79,3 +78,41 @@ def test_the_samplers_share_one_update_loop():
                     loops.append(f"{path.name}:{fn.name}")
     # one function holds the loop (its inner loop runs each canvas length of a step)
     assert set(loops) == {"samplers.py:follow_path"}, loops
+
+
+# Shared work with one home each: run-folder locks, torchrun's environment, JSONL lines.
+TORCHRUN_ENV = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE",
+                "TORCHELASTIC_RESTART_COUNT"}
+
+
+def _jsonl_line(node: ast.AST) -> bool:
+    """``json.dumps(x) + "\\n"`` without ``indent``: one JSONL line written by hand."""
+    return (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and isinstance(node.left, ast.Call)
+            and isinstance(node.left.func, ast.Attribute) and node.left.func.attr == "dumps"
+            and not any(k.arg == "indent" for k in node.left.keywords)
+            and isinstance(node.right, ast.Constant) and node.right.value == "\n")
+
+
+def test_shared_work_has_one_home():
+    bad = []
+    for path in _modules():
+        where = path.relative_to(PACKAGE).as_posix()
+        tree = ast.parse(path.read_text())
+        if where != "runs.py" and any(n.split(".")[0] == "fcntl" for n in _stdlib_imports(tree)):
+            bad.append(f"{where}: takes file locks (runs.py is their home)")
+        if where != "distributed.py":
+            bad += [f"{where}: reads torchrun's {n.value}" for n in ast.walk(tree)
+                    if isinstance(n, ast.Constant) and n.value in TORCHRUN_ENV]
+        if where != "jsonl.py" and any(_jsonl_line(n) for n in ast.walk(tree)):
+            bad.append(f"{where}: writes JSONL lines by hand (jsonl.py is their home)")
+    assert bad == []
+
+
+def _stdlib_imports(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+    return names

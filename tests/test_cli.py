@@ -113,7 +113,7 @@ def test_a_read_only_output_folder_is_one_line(setup, tmp_path, capsys):
 
 def test_a_reader_that_goes_away_ends_the_command_quietly():
     # `elfreg ... | head`: the pipe closes while the command still prints
-    script = ("import sys, elfreg.study.cli as c\n"
+    script = ("import sys, elfreg.toy.study.cli as c\n"
               "def run(args):\n"
               "    for i in range(200000):\n"
               "        print('row', i)\n"
@@ -129,7 +129,7 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
 
 @pytest.mark.parametrize("raw, grace", [("", 10.0), ("2.5", 2.5), ("0", 0.0)])
 def test_the_rank_failure_grace_comes_from_its_variable(monkeypatch, raw, grace):
-    from elfreg.cli import GRACE_ENV, rank_failure_grace_s
+    from elfreg.distributed import GRACE_ENV, rank_failure_grace_s
 
     monkeypatch.setenv(GRACE_ENV, raw)
     assert rank_failure_grace_s() == grace
@@ -137,7 +137,7 @@ def test_the_rank_failure_grace_comes_from_its_variable(monkeypatch, raw, grace)
 
 @pytest.mark.parametrize("raw", ["soon", "-1", "nan"])
 def test_a_bad_rank_failure_grace_is_refused_naming_the_variable(monkeypatch, raw):
-    from elfreg.cli import GRACE_ENV, rank_failure_grace_s
+    from elfreg.distributed import GRACE_ENV, rank_failure_grace_s
 
     monkeypatch.setenv(GRACE_ENV, raw)
     with pytest.raises(ValueError, match=f"{GRACE_ENV}='{raw}': must be a number of seconds >= 0"):
@@ -193,7 +193,7 @@ def test_version_and_help_on_every_flag(capsys):
 
 def test_list_flags_and_overrides_are_comma_separated():
     from elfreg.config import Config, EvalConfig
-    from elfreg.strict import ConfigError, build_dataclass
+    from elfreg.config.strict import ConfigError, build_dataclass
 
     tiny = Path(__file__).parents[1] / "configs" / "tiny.yaml"
     assert build_dataclass(EvalConfig, {"nfes": 16}).nfes == [16]

@@ -1,7 +1,7 @@
 import pytest
 import yaml
 
-from elfreg.config import Config, ConfigError
+from elfreg.config import Config, ConfigError, EvalConfig
 
 
 def _write(tmp_path, data):
@@ -86,6 +86,10 @@ def test_sample_and_eval_settings_replace_and_sweep():
     assert [(s.sampler, s.nfe) for s in grid] == [("full-span", 4), ("full-span", 8), ("renoise", 4), ("renoise", 8)]
     assert all(s.rho == cfg.sample.rho for s in grid)
     assert [s.nfe for s in Config().eval.grid(cfg.sample)] == [16]  # empty sweep: the sample section's value
+    # the same sweep as changes to a checkpoint's settings: an axis it leaves empty is left out
+    assert EvalConfig(nfes=[4, 8]).points() == [{"nfe": 4}, {"nfe": 8}]
+    assert EvalConfig(nfes=[4]).points(sampler="renoise") == [{"sampler": "renoise", "nfe": 4}]
+    assert EvalConfig().points() == [{}] and EvalConfig().points(nfe=16) == [{"nfe": 16}]
     assert cfg.sample.replace(nfe=None, rho=4) == cfg.sample.replace(rho=4)  # None means "not given"
     with pytest.raises(ConfigError, match="sample: unknown"):
         cfg.sample.replace(steps=3)

@@ -1,7 +1,8 @@
-"""Run-folder locks and graceful interrupts."""
+"""Run folders: locks, identities (claim, resume, overwrite) and graceful interrupts."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -11,7 +12,17 @@ import time
 
 import pytest
 
-from elfreg.runs import FolderInUse, GracefulInterrupt, locked
+from elfreg.runs import (
+    FolderInUse,
+    FolderKind,
+    GracefulInterrupt,
+    RunFolderError,
+    claimed,
+    first_difference,
+    locked,
+    value_at,
+    write_json_atomic,
+)
 
 HOLD = textwrap.dedent("""
     import sys, time
@@ -65,3 +76,60 @@ def test_a_folder_created_and_left_empty_is_removed_and_nothing_else_is(tmp_path
     with locked(existing):
         pass
     assert existing.is_dir()  # it was there before: never removed
+
+
+KIND = FolderKind(job="job", identity_file="id.json", outputs=("rows.jsonl", "table.txt", "id.json"))
+
+
+def test_first_difference_names_the_first_differing_dotted_key():
+    assert first_difference({"a": 1, "s": {"nfe": 64, "rho": 8}}, {"a": 1, "s": {"nfe": 64, "rho": 4}}) == "s.rho"
+    assert first_difference({"a": 1}, {"a": 1, "b": None}) == "b"  # a key added, even with a null value
+    assert first_difference({"a": 1, "gone": 2}, {"a": 1}) == "gone"
+    assert first_difference({"a": [1]}, {"a": [1]}) is None
+    assert value_at({"s": {"nfe": 8}}, "s.nfe") == 8 and value_at({"s": 1}, "s.nfe") == "(absent)"
+
+
+def test_a_claimed_folder_resumes_its_own_job_and_refuses_another_in_one_line(tmp_path):
+    out = tmp_path / "out"
+    with claimed(out, {"seed": 0, "s": {"nfe": 8}}, KIND) as resumed:
+        assert not resumed
+        (out / "rows.jsonl").write_text("{}\n")
+    assert json.loads((out / "id.json").read_text()) == {"seed": 0, "s": {"nfe": 8}}
+    with claimed(out, {"seed": 0, "s": {"nfe": 8}}, KIND) as resumed:
+        assert resumed
+    with pytest.raises(RunFolderError) as err:
+        with claimed(out, {"seed": 0, "s": {"nfe": 16}}, KIND):
+            pass
+    assert str(err.value) == (f"output folder {out} holds another job (s.nfe: 8 there, 16 now); rerun with "
+                              "--overwrite to replace its results, or choose another --out")
+    assert (out / "rows.jsonl").read_text() == "{}\n"  # nothing was lost
+
+
+def test_overwrite_removes_only_the_kinds_files_and_an_identity_without_results_is_replaced(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "rows.jsonl").write_text("{}\n")
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(RunFolderError, match="holds results of an earlier job \\(rows.jsonl\\) but no id.json"):
+        with claimed(out, {"seed": 1}, KIND):
+            pass
+    with claimed(out, {"seed": 1}, KIND, overwrite=True) as resumed:
+        assert not resumed and not (out / "rows.jsonl").exists()
+    assert (out / "notes.txt").read_text() == "mine"
+    with claimed(out, {"seed": 2}, KIND) as resumed:  # no results under seed 1: no refusal
+        assert not resumed
+    assert json.loads((out / "id.json").read_text()) == {"seed": 2}
+
+
+def test_an_unwritable_folder_fails_before_the_job(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(RunFolderError, match=r"output folder .*file/out is not writable \(Not a directory\)"):
+        with claimed(tmp_path / "file" / "out", {}, KIND):
+            raise AssertionError("the job must not start")
+
+
+def test_write_json_atomic_replaces_the_file_whole(tmp_path):
+    path = tmp_path / "a.json"
+    write_json_atomic(path, {"x": "é"})
+    write_json_atomic(path, {"x": 2})
+    assert json.loads(path.read_text()) == {"x": 2} and sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]

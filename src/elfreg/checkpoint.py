@@ -52,6 +52,7 @@ from safetensors.torch import load_file, save_file
 from torch.distributed.checkpoint import FileSystemReader
 
 from .config import Config
+from .distributed import DistInfo
 from .model.presets import student_from_config
 from .model.student import STUDENT_FORMAT, Student
 from .provenance import code_version
@@ -126,27 +127,15 @@ def save_checkpoint(run_dir: Path, step: int, cfg: Config, model: torch.nn.Modul
     return write_checkpoint(run_dir, step, cfg, meta, write)
 
 
-class _OneProcess:
-    is_main, world = True, 1
-
-    @staticmethod
-    def broadcast(obj: Any) -> Any:
-        return obj
-
-    @staticmethod
-    def sum(values: torch.Tensor) -> torch.Tensor:
-        return values
-
-
 def write_checkpoint(run_dir: Path, step: int, cfg: Config, meta: dict[str, Any],
                      write: Callable[[Path], None], ranks: Any = None) -> Path:
     """Write checkpoint ``step``: ``write(tmp)`` fills a hidden temporary folder (on every rank,
-    collectively, when ``ranks`` is a process group's :class:`~elfreg.train.parallel.DistInfo`),
+    collectively, when ``ranks`` is a process group's :class:`~elfreg.distributed.DistInfo`),
     then ``meta.json`` and ``config.yaml``, every file fsynced; rank 0 then renames the folder
     into place and replaces ``latest``. A failure on any rank removes the temporary folder and
     raises :class:`CheckpointWriteError` on every rank; the previous checkpoint is untouched, and
     a rank killed mid-write leaves only a temporary folder (removed when the run resumes)."""
-    ranks = ranks or _OneProcess()
+    ranks = ranks or DistInfo()
     root = Path(run_dir) / "checkpoints"
     name = f"step-{step:07d}"
     final = root / name

@@ -28,7 +28,7 @@ _COMMAND_MODULES = [
     "elfreg.data.cli",
     "elfreg.analysis.cli",
     "elfreg.toy.demo",
-    "elfreg.study.cli",
+    "elfreg.toy.study.cli",
     "elfreg.interop.cli",
 ]
 DEBUG_ENV = "ELFREG_DEBUG"
@@ -106,10 +106,17 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - the one place failures become one line
         if debug:
             raise
+        from .distributed import wait_for_the_other_ranks_to_fail
+
         text, status = describe(err)
-        line = text if text.startswith("config error:") else f"elfreg {args.command}: error: {text}"
+        if text.startswith("config error:"):
+            line = text
+        elif status == 130:  # stopped at a safe point by a signal: not an error, and resumable
+            line = f"elfreg {args.command}: {text}"
+        else:
+            line = f"elfreg {args.command}: error: {text}"
         _one_line(line)
-        _wait_for_the_other_ranks_to_fail()
+        wait_for_the_other_ranks_to_fail(warn=_one_line)
         return status
 
 
@@ -117,96 +124,11 @@ def _one_line(line: str) -> None:
     """``line`` on stderr, after the rank prefix, in one write: the ranks of a torchrun job share
     stderr, and print() may issue a text and its newline as two writes that another rank's line
     lands between."""
+    from .distributed import rank_prefix
+
     sys.stderr.write(rank_prefix() + line + "\n")
     sys.stderr.flush()
 
-
-GRACE_ENV = "ELFREG_RANK_FAILURE_GRACE_S"
-DEFAULT_GRACE_S = 10.0
-
-
-def rank_failure_grace_s() -> float:
-    """How long a failed rank waits for the others to fail (:func:`_wait_for_the_other_ranks_to_fail`):
-    ``$ELFREG_RANK_FAILURE_GRACE_S`` seconds, else 10. A slow shared machine may need more; a test
-    of a rank failing alone, less."""
-    raw = os.environ.get(GRACE_ENV, "")
-    if not raw:
-        return DEFAULT_GRACE_S
-    try:
-        grace = float(raw)
-    except ValueError:
-        grace = -1.0
-    if not grace >= 0:  # also refuses nan
-        raise ValueError(f"{GRACE_ENV}={raw!r}: must be a number of seconds >= 0")
-    return grace
-
-
-def _failure_store(timeout_s: float):
-    """(torchrun's store, this restart's failed-rank counter key), or None outside a torchrun job
-    of two or more ranks (or where its store cannot be reached)."""
-    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
-    if world < 2 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-        return None
-    import datetime
-
-    import torch.distributed as dist
-
-    try:
-        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                              timeout=datetime.timedelta(seconds=max(timeout_s, 1.0)))
-    except (KeyError, ValueError, RuntimeError):
-        return None
-    return store, f"elfreg/failed-ranks/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
-
-
-def failed_ranks() -> int:
-    """How many ranks of this torchrun job have failed so far (0 outside one); a readiness signal
-    for tools and tests that must act after another rank's failure."""
-    found = _failure_store(DEFAULT_GRACE_S)
-    if found is None:
-        return 0
-    store, key = found
-    return int(store.add(key, 0))
-
-
-def _wait_for_the_other_ranks_to_fail() -> None:
-    """Under torchrun, hold this rank's exit until every rank has failed or the grace
-    (:func:`rank_failure_grace_s`) has passed.
-
-    torchrun stops the remaining ranks as soon as one exits non-zero; a failure every rank meets
-    (a bad config value, a missing file) would otherwise reach the user as the line of whichever
-    rank got there first, and the slower ranks would be killed before saying theirs. The ranks
-    count their failures in torchrun's own store, which exists before (and without) a process
-    group. A failure of one rank alone costs the grace before torchrun stops the rest."""
-    import time
-
-    try:
-        grace_s = rank_failure_grace_s()
-    except ValueError as err:
-        _one_line(f"warning: {err}; waiting {DEFAULT_GRACE_S:g} s")
-        grace_s = DEFAULT_GRACE_S
-    found = _failure_store(grace_s)
-    if found is None:  # no store to reach: exit at once
-        return
-    store, key = found
-    world = int(os.environ["WORLD_SIZE"])
-    try:
-        deadline = time.monotonic() + grace_s
-        failed = store.add(key, 1)
-        while failed < world and time.monotonic() < deadline:
-            time.sleep(0.05)
-            failed = store.add(key, 0)
-    except RuntimeError:  # the store went away (torchrun is stopping the job): exit at once
-        return
-
-
-def rank_prefix() -> str:
-    """``"rank R/N: "`` in a process that torchrun started with N > 1 (``RANK``/``WORLD_SIZE``),
-    so each rank's one line says which rank failed; empty otherwise."""
-    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE", "1")
-    if rank is None or world in ("", "1"):
-        return ""
-    return f"rank {rank}/{world}: "
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ UTF-8, a line that is not JSON, a JSON value that is not an object. Blank lines 
 ``.gz`` file is read through gzip. Appending writes one line and flushes it, so a file being
 written by a long job holds only whole records up to the last flush, and a reader of a file cut
 mid-line by a crash names that line; :func:`drop_cut_last_line` removes such a cut tail so that
-the job can append again.
+the job can append again. A whole file (:func:`write_jsonl`, :func:`jsonl_writer`) is written
+through a temporary file renamed into place, so it is never seen half-written.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from __future__ import annotations
 import gzip
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,31 @@ def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(record, ensure_ascii=False) + "\n")
         f.flush()
+
+
+@contextmanager
+def jsonl_writer(path: str | Path, default: Callable[[Any], Any] | None = None
+                 ) -> Iterator[Callable[[Mapping[str, Any]], None]]:
+    """``with jsonl_writer(path) as write: write(record)``: a whole file of one object a line,
+    written through a temporary file that replaces ``path`` only when the block ends without an
+    error, so a job that fails midway leaves the old file (or none), never half a file.
+    ``default`` is :func:`json.dumps`'s (e.g. ``str`` for values JSON cannot hold)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            yield lambda record: f.write(json.dumps(record, ensure_ascii=False, default=default) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_jsonl(path: str | Path, records: Iterable[Mapping[str, Any]], default: Callable[[Any], Any] | None = None
+                ) -> None:
+    """Write ``records`` to ``path`` whole (:func:`jsonl_writer`)."""
+    with jsonl_writer(path, default) as write:
+        for record in records:
+            write(record)
 
 
 def drop_cut_last_line(path: str | Path) -> int | None:

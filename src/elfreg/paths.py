@@ -2,7 +2,7 @@
 
 Benchmark copies are read from a configurable data directory; nothing is copied into the
 repository. Where a benchmark has no local copy, its Hub dataset is read instead
-(:mod:`elfreg.eval.sources`).
+(:mod:`elfreg.eval.tasks.sources`).
 """
 
 from __future__ import annotations

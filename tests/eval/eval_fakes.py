@@ -14,14 +14,13 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from elfreg.cli import main
 from elfreg.config import Config, SampleConfig
-from elfreg.eval.cli import build_parser
 
 
 def eval_main(argv: list[str]) -> int:
-    """``elfreg eval ARGV`` in this process (the eval command's own handler); its exit status."""
-    args = build_parser().parse_args(["eval", *argv])
-    return args.func(args)
+    """``elfreg eval ARGV`` in this process, through the ``elfreg`` command; its exit status."""
+    return main(["eval", *argv])
 
 
 def fake_checkpoint(folder: Path) -> Path:

@@ -9,16 +9,15 @@ from pathlib import Path
 import pytest
 from eval_fakes import fake_checkpoint
 
+from elfreg.cli import main
 from elfreg.config import SampleConfig
 from elfreg.eval import PredictionError, generation, get_task, score_predictions
-from elfreg.eval.cli import build_parser
-from elfreg.eval.sources import human_eval_file
+from elfreg.eval.tasks.sources import human_eval_file
 from elfreg.paths import data_dir
 
 
 def _main(argv: list[str]) -> int:
-    args = build_parser().parse_args(["eval", *argv])
-    return args.func(args)
+    return main(["eval", *argv])
 
 
 def _write(path: Path, rows: list[object]) -> Path:

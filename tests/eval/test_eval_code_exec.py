@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from elfreg.eval.code_exec import run_assert_tests
+from elfreg.eval.code.execute import run_assert_tests
 
 TESTS = ["assert add_three(2) == 5", "assert add_three(-3) == 0"]
 RIGHT = "def add_three(x):\n    return x + 3"

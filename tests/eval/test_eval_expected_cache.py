@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from elfreg.eval.code_expected import ExpectedOutputs
-from elfreg.eval.code_harness import CodeProblem, IOTests
+from elfreg.eval.code.expected import ExpectedOutputs
+from elfreg.eval.code.harness import CodeProblem, IOTests
 
 
 def _problem() -> CodeProblem:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from elfreg.eval import extract_gsm8k_answer, get_task, numbers_equal, parse_number
-from elfreg.eval.gsm8k import gsm8k_gold_answer
+from elfreg.eval.tasks.gsm8k import gsm8k_gold_answer
 from elfreg.paths import data_dir
 
 # (output, extracted answer): the documented rules, one row per tricky format.

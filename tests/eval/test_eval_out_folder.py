@@ -15,7 +15,7 @@ import pytest
 from eval_fakes import FakeGenerator, eval_main, fake_checkpoint, gsm8k_file
 
 from elfreg.eval import generation
-from elfreg.eval.outdir import clear_outputs, first_difference
+from elfreg.eval.reporting import EVAL_FOLDER
 
 
 @pytest.fixture
@@ -103,10 +103,9 @@ def test_clear_outputs_names_what_it_removed(tmp_path: Path) -> None:
     (tmp_path / "full-span-nfe16" / "keep.txt").write_text("k")
     (tmp_path / "nfe8").mkdir()
     (tmp_path / "nfe8" / "predictions.jsonl").write_text("")
-    assert sorted(clear_outputs(tmp_path)) == ["full-span-nfe16/table.txt", "nfe8/predictions.jsonl", "summary.json"]
+    removed = sorted(EVAL_FOLDER.clear(tmp_path))
+    assert removed == ["full-span-nfe16/table.txt", "nfe8/predictions.jsonl", "summary.json"]
     assert (tmp_path / "full-span-nfe16" / "keep.txt").exists() and not (tmp_path / "nfe8").exists()
-    assert first_difference({"a": 1, "s": {"nfe": 64, "rho": 8}}, {"a": 1, "s": {"nfe": 64, "rho": 4}}) == "s.rho"
-    assert first_difference({"a": 1}, {"a": 1, "b": None}) == "b" and first_difference({"a": [1]}, {"a": [1]}) is None
 
 
 def test_predictions_scoring_has_an_identity_too(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from elfreg.eval.sandbox import SandboxJob, SandboxLimits, run_in_sandbox, run_many, sandbox_isolation
-from elfreg.eval.sandbox import isolation as policy
+from elfreg.eval.code.sandbox import SandboxJob, SandboxLimits, run_in_sandbox, run_many, sandbox_isolation
+from elfreg.eval.code.sandbox import isolation as policy
 
 ISOLATED = sandbox_isolation() in ("namespaces", "userns")
 needs_namespaces = pytest.mark.skipif(

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from elfreg.eval.sandbox import SandboxLimits, run_in_sandbox, sandbox_isolation
-from elfreg.eval.sandbox import isolation as policy
+from elfreg.eval.code.sandbox import SandboxLimits, run_in_sandbox, sandbox_isolation
+from elfreg.eval.code.sandbox import isolation as policy
 
 
 def test_fallback_warns_once_and_still_limits(monkeypatch: pytest.MonkeyPatch) -> None:

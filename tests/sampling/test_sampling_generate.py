@@ -4,7 +4,7 @@ import torch
 from elfreg.config import ModelConfig, SampleConfig
 from elfreg.model.student import Student
 from elfreg.sampling import Trajectory, generate
-from elfreg.sampling.generate import answer_token_ids
+from elfreg.sampling.generation import answer_token_ids
 from elfreg.text.load import load_frozen_text
 
 PROMPTS = ["add 1 2", "what is 13+29?", "x"]

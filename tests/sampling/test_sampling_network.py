@@ -3,7 +3,7 @@ import torch
 
 from elfreg.config import ModelConfig
 from elfreg.model.student import Student
-from elfreg.sampling.generate import answer_token_ids
+from elfreg.sampling.generation import answer_token_ids
 from elfreg.sampling.network import CountingNetwork, StudentNetwork
 
 CFG = ModelConfig(width=32, depth=2, heads=2, repa_block=1, projector_hidden=16, time_freq_dim=16)

@@ -12,8 +12,8 @@ import torch
 from train_helpers import metrics
 
 from elfreg.checkpoint import is_sharded, open_checkpoint, resolve_checkpoint
-from elfreg.cli import GRACE_ENV
 from elfreg.data.examples import Example
+from elfreg.distributed import GRACE_ENV
 from elfreg.train.loop import train
 
 from conftest import tiny_config, torchrun
@@ -202,7 +202,8 @@ SLOW_RANK = textwrap.dedent("""
     # rank 1 starts only once rank 0 has failed (and is waiting in torchrun's store), so it is
     # certainly the slower one
     import os, sys, time
-    from elfreg.cli import failed_ranks, main
+    from elfreg.cli import main
+    from elfreg.distributed import failed_ranks
     if os.environ["RANK"] == "1":
         while failed_ranks() < 1:
             time.sleep(0.05)

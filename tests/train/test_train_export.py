@@ -11,10 +11,10 @@ from train_helpers import EXAMPLES
 from elfreg.checkpoint import is_sharded, open_checkpoint, resolve_checkpoint
 from elfreg.cli import main
 from elfreg.config import SampleConfig
+from elfreg.distributed import shutdown_distributed
 from elfreg.sampling import generate, load_checkpoint
 from elfreg.train.export import export_release
 from elfreg.train.loop import train
-from elfreg.train.parallel import shutdown_distributed
 
 PROMPTS = ["add 1 2", "add 7 1"]
 

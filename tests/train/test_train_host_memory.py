@@ -76,6 +76,6 @@ def test_the_sampling_commands_keep_freed_memory_unless_told_not_to(monkeypatch,
     parser = build_parser()
     assert parser.parse_args(["sample", "--checkpoint", "x", *argv]).host_memory == ("keep" if kept else "release")
     args = parser.parse_args(["eval", "--task", "gsm8k", "--checkpoint", "/nonexistent/run", *argv])
-    monkeypatch.setattr(eval_cli, "_guarded", lambda *a, **k: 0)  # stop after the setting is applied
+    monkeypatch.setattr(eval_cli, "_stoppable", lambda *a, **k: None)  # stop after the setting is applied
     assert eval_cli.run(args) == 0
     assert calls == ([1] if kept else [])

@@ -17,9 +17,9 @@ from elfreg.checkpoint import (
     read_sharded,
     resolve_checkpoint,
 )
+from elfreg.distributed import shutdown_distributed
 from elfreg.train.build import build_run, resume
 from elfreg.train.loop import train
-from elfreg.train.parallel import shutdown_distributed
 
 
 @pytest.fixture

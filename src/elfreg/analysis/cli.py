@@ -15,31 +15,29 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..checkpoint import open_checkpoint, resolve_checkpoint
+from ..config import add_progress_flag, comma_list
 from ..device import add_device_flags
-from ..eval.outdir import check_writable, first_difference
 from ..eval.tasks import Task, canonical_task_name, get_task
-from ..jsonl import append_jsonl, drop_cut_last_line, read_jsonl
+from ..jsonl import append_jsonl, drop_cut_last_line, read_jsonl, write_jsonl
 from ..plugins import DATA_SOURCES, lookup, registered_names
-from ..runs import GracefulInterrupt, locked
-from ..strict import add_progress_flag, comma_list
+from ..runs import FolderKind, GracefulInterrupt, claimed, write_json_atomic
 
 if TYPE_CHECKING:
     from ..config import Config, SampleConfig
     from .measure import Plan
 
-CONFIG_NAME = "analysis_config.json"
 ROWS_NAME = "rows.jsonl"
 PROBLEMS_NAME = "problems.jsonl"
-#: every file ``analyze trajectory`` writes into its folder (``--overwrite`` removes only these)
-OUTPUTS = (ROWS_NAME, PROBLEMS_NAME, "table11.json", "table11.txt", "fig2.png", CONFIG_NAME)
+#: ``analyze trajectory``'s folder: every file it writes (``--overwrite`` removes only these)
+ANALYSIS_FOLDER = FolderKind(job="analysis", identity_file="analysis_config.json",
+                             outputs=(ROWS_NAME, PROBLEMS_NAME, "table11.json", "table11.txt", "fig2.png",
+                                      "analysis_config.json"))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -80,47 +78,13 @@ class AnalysisError(ValueError):
     """A one-line reason the analysis cannot run (bad input, a used folder)."""
 
 
-def _at(data: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        if not isinstance(data, dict) or part not in data:
-            return "(absent)"
-        data = data[part]
-    return data
-
-
-def claim(folder: Path, identity: dict[str, Any], overwrite: bool) -> bool:
-    """Give ``folder`` this identity (it is locked by the caller); returns whether it resumes."""
-    path = folder / CONFIG_NAME
-    used = [name for name in OUTPUTS if name != CONFIG_NAME and (folder / name).exists()]
-    try:
-        old = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
-    except ValueError:
-        old = None
-    if old is not None and first_difference(old, identity) is None:
-        return True
-    if used and not overwrite:
-        if old is None:
-            why = f"results but no readable {CONFIG_NAME}"
-        else:
-            key = first_difference(old, identity)
-            why = f"{key}: {json.dumps(_at(old, key))} there, {json.dumps(_at(identity, key))} now"
-        raise AnalysisError(f"output folder {folder} holds another analysis ({why}); rerun with --overwrite to "
-                            "replace it, or choose another --out")
-    for name in OUTPUTS:
-        (folder / name).unlink(missing_ok=True)
-    tmp = path.with_name(f".{CONFIG_NAME}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(identity, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return False
-
-
 def _split_task(args: argparse.Namespace, trained: Config, name: str, folder: Path) -> Task:
     """The checkpoint's own data source at ``--split``, written to ``problems.jsonl`` as GSM8K rows."""
     loader = lookup(DATA_SOURCES, trained.data.source)
     data = dataclasses.replace(trained.data, split=args.split, toy_count=args.limit or trained.data.toy_count)
     rows = [{"question": ex.prompt, "answer": ex.answer} for ex in loader(data)]
     path = folder / PROBLEMS_NAME
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    write_jsonl(path, rows)
     return get_task(name, source=str(path))
 
 
@@ -155,9 +119,8 @@ def run_trajectory(args: argparse.Namespace) -> int:
                 "nfes": list(plan.nfes), "observations": list(plan.observe), "flip_nfe": plan.flip_nfe,
                 "acceleration": plan.uniform, "seeds": list(args.seeds), "limit": args.limit,
                 "sample": dataclasses.asdict(master_sample(sample, plan.master)), "precision": args.precision}
-    folder = check_writable(args.out)
-    with locked(folder, what="analysis folder"), GracefulInterrupt() as stop:
-        claim(folder, identity, args.overwrite)
+    folder = Path(args.out)
+    with claimed(folder, identity, ANALYSIS_FOLDER, overwrite=args.overwrite), GracefulInterrupt() as stop:
         if args.split:
             task = _split_task(args, trained, name, folder)
             task.use_trained_template(trained.data.template)
@@ -239,9 +202,7 @@ def _report(rows: list[dict[str, Any]], plan: Plan, config: dict[str, Any], fold
     from .report import format_table, plot, summarize
 
     summary = summarize(rows, plan, lipschitz, config)
-    tmp = folder / f".table11.json.tmp{os.getpid()}"
-    tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, folder / "table11.json")
+    write_json_atomic(folder / "table11.json", summary)
     table = format_table(summary)
     (folder / "table11.txt").write_text(table, encoding="utf-8")
     if rows:

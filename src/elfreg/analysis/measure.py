@@ -26,12 +26,8 @@ import torch
 
 from ..config import SampleConfig
 from ..device import use_bf16
-
-# ``generate`` through the package first: its lazy export must be resolved before the submodule of
-# the same name is first imported, or the package attribute stays the submodule for every later
-# ``from elfreg.sampling import generate`` in the process
 from ..sampling import generate
-from ..sampling.generate import GenerationResult, SamplingModels, answer_text, answer_token_ids
+from ..sampling.generation import GenerationResult, SamplingModels, answer_text, answer_token_ids
 from ..sampling.network import StudentNetwork
 from ..sampling.steps import euler_update
 from ..sampling.trajectory import Trajectory

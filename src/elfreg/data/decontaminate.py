@@ -174,6 +174,7 @@ def decontaminate_file(path: str, prompt_field: str, against: list[str], out_dir
     from pathlib import Path
 
     from ..config import SourceConfig
+    from ..jsonl import jsonl_writer
     from .references import load_references
     from .sources import iter_rows
 
@@ -182,15 +183,14 @@ def decontaminate_file(path: str, prompt_field: str, against: list[str], out_dir
     decon = Decontaminator(ReferenceIndex(load_references(against, data_dir), threshold))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "kept.jsonl", "w", encoding="utf-8") as kept, open(out / "dropped.jsonl", "w",
-                                                                        encoding="utf-8") as dropped:
+    with jsonl_writer(out / "kept.jsonl", default=str) as kept, \
+            jsonl_writer(out / "dropped.jsonl", default=str) as dropped:
         for (where, row), why in decon.filter(lambda: iter_rows(source), lambda r: _row_fields(
                 r[0], r[1], prompt_field, answer_field, group_field)):
             if why is None:
-                kept.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+                kept(row)
             else:
-                record = {**row, "decontamination": {**why.as_dict(), "row": where}}
-                dropped.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+                dropped({**row, "decontamination": {**why.as_dict(), "row": where}})
     summary = {"input": str(path), "against": against, "threshold": threshold, "ngram": decon.index.n,
                "test_items": len(decon.index.items), **decon.counts.as_dict()}
     (out / "counts.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -13,7 +13,7 @@ import ast
 import re
 import unicodedata
 
-from ..eval.code_sanitize import parse_quietly
+from ..eval.code.sanitize import parse_quietly
 
 __all__ = ["code_blocks", "function_fingerprints", "jaccard", "normalize_text", "word_ngrams", "words"]
 

@@ -20,9 +20,9 @@ import ast
 import os
 from dataclasses import dataclass
 
-from ..eval.code_sanitize import parse_quietly
-from ..eval.sources import DataSource, load_rows
+from ..eval.code.sanitize import parse_quietly
 from ..eval.tasks import HumanEvalPlusTask, MbppPlusTask, get_task
+from ..eval.tasks.sources import DataSource, load_rows
 
 __all__ = ["BenchmarkItem", "load_references"]
 

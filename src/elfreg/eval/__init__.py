@@ -14,19 +14,19 @@ Helpers for other code: :func:`extract_gsm8k_answer`, :func:`numbers_equal`,
 :func:`pass_at_k`, :func:`extract_code`, :func:`sanitize`.
 """
 
-from .code_exec import check_program
-from .code_sanitize import SanitizedProgram, extract_code, sanitize
+from .code.execute import check_program
+from .code.sandbox import SandboxLimits, SandboxResult, run_in_sandbox, run_many, sandbox_isolation
+from .code.sanitize import SanitizedProgram, extract_code, sanitize
 from .generation import EvalError, EvalStopped, evaluate_checkpoint
-from .gsm8k import extract_gsm8k_answer, gsm8k_gold_answer, numbers_equal, parse_number
-from .math500 import check_math, extract_math_answer, math_equal
-from .mmlu import extract_choice
 from .passk import pass_at_k, summarize
 from .predictions import Prediction, PredictionError, read_predictions
 from .reporting import EvalReport
-from .sandbox import SandboxLimits, SandboxResult, run_in_sandbox, run_many, sandbox_isolation
 from .scoring import evaluate_predictions, score_predictions
-from .sources import DataUnavailable
 from .tasks import TASKS, Task, get_task, task_names
+from .tasks.gsm8k import extract_gsm8k_answer, gsm8k_gold_answer, numbers_equal, parse_number
+from .tasks.math500 import check_math, extract_math_answer, math_equal
+from .tasks.mmlu import extract_choice
+from .tasks.sources import DataUnavailable
 from .verdict import Verdict
 
 __all__ = [

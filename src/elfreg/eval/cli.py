@@ -24,22 +24,18 @@ import argparse
 import contextlib
 import dataclasses
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, EvalConfig, SampleConfig, add_config_flags, config_flag_values
+from ..config import EvalConfig, SampleConfig, add_config_flags, add_progress_flag, config_flag_values
 from ..device import add_device_flags
 from ..host_memory import add_host_memory_flag, apply_host_memory
-from ..runs import FolderInUse, GracefulInterrupt
+from ..runs import GracefulInterrupt
 from ..sampling.cli import add_sampling_flags, sample_overrides
-from ..strict import add_progress_flag
-from .outdir import EvalError, EvalStopped, held
-from .predictions import PredictionError
-from .sources import DataUnavailable
+from .reporting import EvalStopped, held
 
-__all__ = ["register", "build_parser", "run"]
+__all__ = ["register", "run"]
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -73,16 +69,11 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """A standalone parser (``python -m elfreg.eval.cli``)."""
-    parser = argparse.ArgumentParser(prog="elfreg")
-    register(parser.add_subparsers(dest="command", required=True))
-    return parser
-
-
 def run(args: argparse.Namespace) -> int:
-    """Handler of ``elfreg eval``; returns the exit status (0; 2 on bad input or an unusable
-    folder, with one line on stderr; 130 when stopped by SIGINT/SIGTERM)."""
+    """Handler of ``elfreg eval``; returns 0. Failures are exceptions that the ``elfreg`` command
+    turns into one line (exit 2 on bad input or an unusable folder, 130 when stopped by
+    SIGINT/SIGTERM at a safe point)."""
+    from ..distributed import env_dist
     from .tasks import TASKS, canonical_task_name
 
     if args.list_tasks:
@@ -90,24 +81,22 @@ def run(args: argparse.Namespace) -> int:
             print(f"{name:12s} {cls.id_pattern}")
         return 0
     if not args.task:
-        return _fail("--task is required (see --list-tasks)")
+        raise ValueError("--task is required (see --list-tasks)")
     if not args.predictions and not args.checkpoint:
-        return _fail("give --predictions FILE or --checkpoint DIR")
-    try:
-        task_name = canonical_task_name(args.task)
-        ev = EvalConfig(**config_flag_values(args, EvalConfig)).validate()
-        overrides = sample_overrides(args)
-        SampleConfig().replace(**overrides)  # checks the given sampler settings before any work
-    except (ConfigError, ValueError) as err:
-        return _fail(err)
-    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 and not args.checkpoint and os.environ.get("RANK", "0") != "0":
+        raise ValueError("give --predictions FILE or --checkpoint DIR")
+    task_name = canonical_task_name(args.task)
+    ev = EvalConfig(**config_flag_values(args, EvalConfig)).validate()
+    overrides = sample_overrides(args)
+    SampleConfig().replace(**overrides)  # checks the given sampler settings before any work
+    ranks = env_dist()
+    if ranks.world > 1 and not args.checkpoint and not ranks.is_main:
         return 0  # scoring --predictions is not sharded: rank 0 does it alone (in parallel sandboxes)
     if args.checkpoint:
         apply_host_memory(args.host_memory)
-    if args.checkpoint and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
-        # under torchrun: rank 0 evaluates, every rank generates (elfreg.eval.distributed)
+    if args.checkpoint and ranks.world > 1:
+        # under torchrun: rank 0 evaluates, every rank generates (elfreg.eval.rank_pool)
         from . import generation
-        from .distributed import finish, pool, serve, start
+        from .rank_pool import finish, pool, serve, start
 
         def job(spec: tuple) -> Any:
             return generation._generate(*spec)
@@ -116,40 +105,27 @@ def run(args: argparse.Namespace) -> int:
             if start() != 0:
                 serve(job)
                 return 0
-            with pool(job) as ranks:
-                return _guarded(args, task_name, ev, overrides, ranks)
+            with pool(job) as rank_pool:
+                _stoppable(args, task_name, ev, overrides, rank_pool)
         finally:
             finish()
-    return _guarded(args, task_name, ev, overrides, None)
+        return 0
+    _stoppable(args, task_name, ev, overrides, None)
+    return 0
 
 
-def _guarded(args: argparse.Namespace, task_name: str, ev: EvalConfig, overrides: dict[str, Any],
-             ranks: Any) -> int:
-    """:func:`_evaluate` with signals turned into a stop at the next safe point, and expected
-    failures into one line."""
+def _stoppable(args: argparse.Namespace, task_name: str, ev: EvalConfig, overrides: dict[str, Any],
+               ranks: Any) -> None:
+    """:func:`_evaluate` with the first SIGINT/SIGTERM turned into a stop at the next safe point
+    (:class:`EvalStopped`, naming the signal) and a second into a stop at once."""
     with GracefulInterrupt() as stop:
         try:
             _evaluate(args, task_name, ev, overrides, lambda: stop.requested, ranks)
         except EvalStopped as err:
-            print(f"elfreg eval: stopped by {stop.signal_name or 'a signal'}: {err}", file=sys.stderr)
-            return 130
+            raise EvalStopped(f"stopped by {stop.signal_name or 'a signal'}: {err}") from None
         except KeyboardInterrupt:  # the second signal: out at once
-            print("elfreg eval: interrupted at once; every record written before stays, and running the same "
-                  "command again resumes", file=sys.stderr)
-            return 130
-        except (ConfigError, EvalError, PredictionError, DataUnavailable, FolderInUse, OSError) as err:
-            return _fail(err)
-    return 0
-
-
-def _fail(err: object) -> int:
-    """Print an expected failure as one line on stderr (naming the rank under torchrun); exit
-    status 2."""
-    from ..cli import rank_prefix
-
-    text = " ".join(str(err).split("\n"))
-    print(rank_prefix() + (text if isinstance(err, ConfigError) else f"elfreg eval: error: {text}"), file=sys.stderr)
-    return 2
+            raise EvalStopped("interrupted at once; every record written before stays, and running the same "
+                              "command again resumes") from None
 
 
 def _evaluate(args: argparse.Namespace, task_name: str, ev: EvalConfig, overrides: dict[str, Any],
@@ -165,9 +141,7 @@ def _evaluate(args: argparse.Namespace, task_name: str, ev: EvalConfig, override
                   limit=ev.limit or None, progress=not args.no_progress, task_options=options,
                   should_stop=should_stop)
     # an NFE / sampler sweep: every pair, each into its own folder
-    points = [{}] if not (ev.nfes or ev.samplers) else [
-        {k: v for k, v in (("sampler", s), ("nfe", n)) if v is not None}
-        for s in ev.samplers or [overrides.get("sampler")] for n in ev.nfes or [overrides.get("nfe")]]
+    points = ev.points(overrides.get("sampler"), overrides.get("nfe"))
     sweep = len(points) > 1
     if args.checkpoint:
         require_checkpoint(args.checkpoint)  # before any folder is made or data loaded
@@ -202,7 +176,3 @@ def _evaluate(args: argparse.Namespace, task_name: str, ev: EvalConfig, override
                 raise EvalStopped(f"{i + 1} of {len(points)} sweep points are done; "
                                   "run the same command again to do the rest")
 
-
-if __name__ == "__main__":  # pragma: no cover
-    _args = build_parser().parse_args()
-    raise SystemExit(_args.func(_args))

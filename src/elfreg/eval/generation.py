@@ -6,7 +6,7 @@ Contract of :func:`evaluate_checkpoint`:
   checkpoint's ``sample`` section with ``sample_overrides`` applied) before the task's data is
   loaded; prompts use the template the checkpoint was trained with (``data.template``, see
   :meth:`~elfreg.eval.tasks.base.Task.use_trained_template`) unless one was given; the output
-  folder is checked, locked and given its identity (:func:`elfreg.eval.outdir.claimed`) before
+  folder is checked, locked and given its identity (:func:`elfreg.runs.claimed`) before
   any model is loaded;
 * sample ``j`` of every prompt is generated with seed ``seed + j``, in chunks of whole prompts
   (``lcm(batch_size, samples)`` jobs, so every chunk is made of whole batches and the batches
@@ -33,11 +33,11 @@ from typing import Any
 from elfreg.checkpoint import open_checkpoint, resolve_checkpoint
 from elfreg.config import SampleConfig
 from elfreg.jsonl import append_jsonl, drop_cut_last_line
+from elfreg.runs import claimed
 
-from .distributed import RankPool
-from .outdir import PREDICTIONS_NAME, EvalError, EvalStopped, claimed
 from .predictions import read_predictions
-from .reporting import EvalReport, progress_bar
+from .rank_pool import RankPool
+from .reporting import EVAL_FOLDER, PREDICTIONS_NAME, EvalError, EvalReport, EvalStopped, progress_bar
 from .scoring import score_predictions
 from .tasks import Task, get_task
 
@@ -96,12 +96,12 @@ def evaluate_checkpoint(
     ``sample_overrides`` are ``SampleConfig`` fields (``nfe``, ``sampler``, ``sc_cfg``, …) that
     replace the checkpoint's own. ``overwrite`` replaces the results of another evaluation in
     ``out_dir``. ``ranks`` (under torchrun, on rank 0) generates one chunk per rank per round
-    (:mod:`elfreg.eval.distributed`); the records are the same. Remaining keyword arguments go
+    (:mod:`elfreg.eval.rank_pool`); the records are the same. Remaining keyword arguments go
     to :func:`score_predictions`.
 
     Raises:
-        EvalError: no checkpoint, an unusable or used ``out_dir``, or the generator returned the
-            wrong number of outputs.
+        EvalError: no checkpoint, or the generator returned the wrong number of outputs.
+        RunFolderError: an unusable or used ``out_dir``.
         EvalStopped: ``should_stop`` became true during generation (what is saved stays).
         FolderInUse: another process holds ``out_dir``.
     """
@@ -113,7 +113,7 @@ def evaluate_checkpoint(
     identity = {"kind": "checkpoint", **task_obj.identity(), "checkpoint": str(ckpt),
                 "sample": dataclasses.asdict(sample), "samples": samples, "seed": seed, "limit": limit,
                 "precision": precision}
-    with claimed(out_dir, identity, overwrite=overwrite):
+    with claimed(out_dir, identity, EVAL_FOLDER, overwrite=overwrite):
         problems = task_obj.problems()[:limit] if limit is not None else task_obj.problems()
         path = Path(out_dir) / PREDICTIONS_NAME if out_dir is not None else None
         done = _saved(path, {(p["task_id"], seed + j) for p in problems for j in range(samples)})

@@ -1,29 +1,84 @@
-"""Reporting an evaluation: the summary, the printed table and the output files.
+"""What an evaluation writes: its output folder, the summary, the printed table and the files.
 
-Contract: :func:`build_summary` lays out ``summary.json`` from the per-problem verdicts of one
-scoring run (the statistics come from :func:`elfreg.eval.passk.summarize`); :func:`format_table`
-prints a summary as a plain-text table in percent; :func:`write_outputs` writes
-``samples.jsonl``, ``summary.json`` and ``table.txt``; :func:`write_jsonl` writes records one
-JSON object a line; :func:`progress_bar` is the progress bar of generation and scoring. Nothing
-here checks an output or runs a program.
+Contract: :data:`EVAL_FOLDER` is the output folder's kind for :func:`elfreg.runs.claimed` (its
+identity is ``eval_config.json``; a sweep's points are subfolders of the same kind, and
+:func:`held` holds a sweep's parent folder); :func:`build_summary` lays out ``summary.json``
+from the per-problem verdicts of one scoring run (the statistics come from
+:func:`elfreg.eval.passk.summarize`); :func:`format_table` prints a summary as a plain-text
+table in percent; :func:`write_outputs` writes ``samples.jsonl``, ``summary.json`` and
+``table.txt``; :func:`progress_bar` is the progress bar of generation and scoring. Nothing here
+checks an output or runs a program. Errors that stop an evaluation are :class:`EvalError` (one
+line) and :class:`EvalStopped` (a signal, at a safe point).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import os
+import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..config import SAMPLERS
+from ..jsonl import write_jsonl
+from ..runs import FolderKind, check_writable, locked
+from .code.sandbox import sandbox_isolation
 from .passk import summarize
-from .sandbox import sandbox_isolation
 from .tasks import Task
 
-__all__ = ["EvalReport", "build_summary", "format_table", "progress_bar", "write_outputs", "write_jsonl"]
+__all__ = ["EVAL_FOLDER", "PREDICTIONS_NAME", "EvalError", "EvalReport", "EvalStopped", "build_summary",
+           "format_table", "held", "progress_bar", "write_outputs"]
+
+PREDICTIONS_NAME = "predictions.jsonl"
+#: names of sweep subfolders: ``nfe64``, ``full-span``, ``early-stop-nfe16``
+_SWEEP_NAME = re.compile(rf"^(?:(?:{'|'.join(map(re.escape, SAMPLERS))})(?:-nfe\d+)?|nfe\d+)$")
+
+
+def _sweep_folders(folder: Path) -> list[Path]:
+    """Subfolders a sweep wrote: named like a sweep point and holding one of elfreg's files."""
+    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink() and _SWEEP_NAME.match(p.name)
+                  and any((p / name).is_file() for name in EVAL_FOLDER.outputs))
+
+
+#: an evaluation's ``--out``: identity ``eval_config.json``; a sweep's points are subfolders
+EVAL_FOLDER = FolderKind(job="evaluation", identity_file="eval_config.json",
+                         outputs=(PREDICTIONS_NAME, "samples.jsonl", "summary.json", "table.txt", "eval_config.json"),
+                         subfolders=_sweep_folders)
+
+
+class EvalError(RuntimeError):
+    """The evaluation cannot run: a missing checkpoint, a generator returning the wrong number
+    of outputs, a predictions file that does not match. The message is one line (exit status 2)."""
+
+    exit_status = 2
+
+
+class EvalStopped(RuntimeError):
+    """The run was stopped by a signal at a safe point; the message says what is saved and how
+    to resume."""
+
+    exit_status = 130
+
+
+@contextlib.contextmanager
+def held(folder: str | os.PathLike | None, *, overwrite: bool = False) -> Iterator[None]:
+    """Hold the parent folder of a sweep: writable and locked; with ``overwrite`` everything
+    elfreg wrote there (its sweep subfolders included) is removed first. Each point's subfolder
+    is then claimed on its own (:func:`elfreg.runs.claimed` with :data:`EVAL_FOLDER`), so points
+    of an earlier sweep with the same settings resume and points with other settings are refused."""
+    if folder is None:
+        yield
+        return
+    check_writable(folder)
+    with locked(folder, what=EVAL_FOLDER.what):
+        if overwrite:
+            EVAL_FOLDER.clear(folder)
+        yield
 
 #: how many missing task ids the summary lists
 _MISSING_SHOWN = 50
@@ -150,13 +205,6 @@ def progress_bar(total: int, desc: str, enabled: bool, initial: int = 0) -> Any:
     # disable=None: bars only on a terminal, so logs are not flooded
     return tqdm(total=total, initial=initial, desc=desc, unit="sample", dynamic_ncols=True, disable=None,
                 mininterval=0.5)
-
-
-def write_jsonl(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -> None:
-    """Write ``records`` to ``path``, one JSON object a line (UTF-8, non-ASCII kept as is)."""
-    with Path(path).open("w", encoding="utf-8") as fh:
-        for r in records:
-            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
 
 
 def write_outputs(out_dir: str | os.PathLike, summary: Mapping[str, Any], records: Sequence[Mapping[str, Any]],

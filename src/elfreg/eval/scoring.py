@@ -10,7 +10,7 @@ deviation across seeds, pass@k). Malformed predictions and unknown task ids rais
 ``should_stop`` is true no further sample is checked and the report is partial (``complete``
 false, the unchecked samples counted apart and left out of every statistic).
 :func:`evaluate_predictions` scores a predictions file into an output folder held for it
-(:func:`elfreg.eval.outdir.claimed`).
+(:func:`elfreg.runs.claimed`).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .outdir import claimed
+from ..runs import claimed
 from .predictions import Prediction, PredictionError, check_task_ids, parse_prediction_records, read_predictions
-from .reporting import EvalReport, build_summary, format_table, progress_bar, write_outputs
-from .sources import file_sha256
+from .reporting import EVAL_FOLDER, EvalReport, build_summary, format_table, progress_bar, write_outputs
 from .tasks import Task, get_task
+from .tasks.sources import file_sha256
 from .verdict import Verdict
 
 __all__ = ["EvalReport", "PredictionError", "Tally", "evaluate_predictions", "reason_kind", "score_predictions",
@@ -147,14 +147,14 @@ def evaluate_predictions(
 ) -> EvalReport:
     """:func:`score_predictions` of a predictions file into an output folder held for this scoring.
 
-    The folder's identity (:func:`elfreg.eval.outdir.claimed`) is the task, the file's absolute
+    The folder's identity (:func:`elfreg.runs.claimed`) is the task, the file's absolute
     path and SHA-256, and the scoring options that change verdicts (``limit``, ``timeout``,
     ``io_timeout``, ``alias``): the same scoring again replaces its own results; another one is
     refused unless ``overwrite``.
 
     Raises:
         PredictionError: the file cannot be read (before the folder is touched), or is malformed.
-        EvalError: ``out_dir`` is not writable or holds another evaluation.
+        RunFolderError: ``out_dir`` is not writable or holds another evaluation.
         FolderInUse: another process holds ``out_dir``.
     """
     path = Path(predictions)
@@ -165,7 +165,7 @@ def evaluate_predictions(
     task_obj = task if isinstance(task, Task) else get_task(task, **dict(task_options or {}))
     identity = {"kind": "predictions", **task_obj.identity(), "predictions": str(path.resolve()), "sha256": digest,
                 **{k: score_kwargs.get(k, default) for k, default in _VERDICT_OPTIONS.items()}}
-    with claimed(out_dir, identity, overwrite=overwrite):
+    with claimed(out_dir, identity, EVAL_FOLDER, overwrite=overwrite):
         return score_predictions(task_obj, path, out_dir=out_dir, **score_kwargs)
 
 

@@ -25,6 +25,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..jsonl import write_jsonl
+
 
 def _limit(text: str) -> int | float:
     """``--limit``: an integer count of documents per task, or a fraction below 1."""
@@ -75,9 +77,7 @@ def run(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(results, indent=2, default=str, ensure_ascii=False) + "\n")
         for task, rows in samples.items():
-            with open(out / f"samples_{task}.jsonl", "w", encoding="utf-8") as f:
-                for row in rows:
-                    f.write(json.dumps(row, default=str, ensure_ascii=False) + "\n")
+            write_jsonl(out / f"samples_{task}.jsonl", rows, default=str)
         print(f"wrote {out / 'results.json'} and {len(samples)} samples file(s)")
     return 0
 

@@ -178,8 +178,8 @@ class ElfregLM(_Base):  # type: ignore[misc,valid-type]
 
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
         """One answer per request (``Instance.args`` = (context, gen_kwargs)), in request order."""
-        from ..sampling import generate  # first, through the package: the submodule import below then
-        from ..sampling.generate import answer_text  # leaves elfreg.sampling.generate bound to the function
+        from ..sampling import generate
+        from ..sampling.generation import answer_text
 
         if not requests:
             return []

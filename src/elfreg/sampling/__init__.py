@@ -23,10 +23,10 @@ _EXPORTS = {
     "SamplerOutput": "samplers",
     "run_sampler": "samplers",
     "Trajectory": "trajectory",
-    "GenerationResult": "generate",
-    "SamplingModels": "generate",
-    "generate": "generate",
-    "load_checkpoint": "generate",
+    "GenerationResult": "generation",
+    "SamplingModels": "generation",
+    "generate": "generation",
+    "load_checkpoint": "generation",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
-from ..config import SAMPLING_PRESETS, SampleConfig, add_config_flags, config_flag_values
+from ..config import SAMPLING_PRESETS, SampleConfig, add_config_flags, add_progress_flag, config_flag_values
 from ..device import add_device_flags
 from ..host_memory import add_host_memory_flag, apply_host_memory
-from ..jsonl import iter_jsonl
+from ..jsonl import iter_jsonl, write_jsonl
 from ..provenance import code_version
-from ..strict import add_progress_flag
+from ..runs import write_json_atomic
 
 SAMPLES_NAME = "samples.jsonl"
 SETTINGS_NAME = "settings.json"
@@ -87,13 +86,8 @@ def _write_out(folder: Path, args: argparse.Namespace, prompts: list[str], sampl
     settings = {"checkpoint": str(args.checkpoint), "weights": "raw" if args.raw_weights else "ema",
                 "samples": args.samples, "seed": args.seed, "prompts": len(prompts),
                 "sample": dataclasses.asdict(sample), "code": code_version()}
-    rows = "".join(json.dumps({"prompt": prompts[r.prompt_index], **r.as_dict()}, ensure_ascii=False) + "\n"
-                   for r in results)
-    for name, text in ((SETTINGS_NAME, json.dumps(settings, indent=2, ensure_ascii=False) + "\n"),
-                       (SAMPLES_NAME, rows)):
-        tmp = folder / f".{name}.tmp"
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(folder / name)
+    write_json_atomic(folder / SETTINGS_NAME, settings)
+    write_jsonl(folder / SAMPLES_NAME, ({"prompt": prompts[r.prompt_index], **r.as_dict()} for r in results))
     if args.trajectories:
         trajectories = folder / TRAJECTORIES_NAME
         trajectories.mkdir()
@@ -104,7 +98,7 @@ def _write_out(folder: Path, args: argparse.Namespace, prompts: list[str], sampl
 
 
 def run(args: argparse.Namespace) -> int:
-    from .generate import generate, load_checkpoint
+    from .generation import generate, load_checkpoint
 
     prompts = list(args.prompt or [])
     if args.prompts_file:

@@ -20,7 +20,7 @@ GSM8K uses ``\\boxed{N}`` because that is how OpenMathInstruct-2, the bulk of th
 mixture, ends its solutions; answers in GSM8K's own ``#### N`` form (GSM8K, MetaMathQA's GSM
 rows, whose ``#### N`` line is followed by ``The answer is: N``) are rewritten to end in
 ``The answer is $\\boxed{N}$.`` by :func:`format_answer`. The evaluation extracts the number
-after "answer is" or the last ``\\boxed{}`` (:mod:`elfreg.eval.gsm8k`), so both kinds score.
+after "answer is" or the last ``\\boxed{}`` (:mod:`elfreg.eval.tasks.gsm8k`), so both kinds score.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from elfreg.eval.gsm8k import extract_gsm8k_answer, numbers_equal
+from elfreg.eval.tasks.gsm8k import extract_gsm8k_answer, numbers_equal
 
 SPLITS = ("train", "valid", "test")
 

@@ -12,7 +12,7 @@ under any wording. The hidden tests of a key are fixed (seeded by the key) and t
 values come from a plain Python implementation of the family, not from the reference source.
 
 Programs are scored by :func:`score_program` through the evaluation sandbox
-(:func:`elfreg.eval.code_exec.run_assert_tests`): generated code runs nowhere else.
+(:func:`elfreg.eval.code.execute.run_assert_tests`): generated code runs nowhere else.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from elfreg.eval.code_exec import run_assert_tests
+from elfreg.eval.code.execute import run_assert_tests
 
 SPLITS = ("train", "valid", "test")
 SPLIT_FRACTIONS = (0.7, 0.1, 0.2)

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from elfreg.checkpoint import open_checkpoint, resolve_checkpoint
-from elfreg.config import Config, SampleConfig, apply_override
+from elfreg.config import Config, SampleConfig, add_progress_flag, apply_override
 from elfreg.device import PRECISION_ENV, cpu_has_native_bf16, resolve_device, resolve_precision
 from elfreg.eval.passk import summarize
 from elfreg.jsonl import append_jsonl, read_jsonl
@@ -38,7 +38,6 @@ from elfreg.model.presets import student_from_config
 from elfreg.plugins import resolve_model_id
 from elfreg.runs import locked
 from elfreg.sampling import generate
-from elfreg.strict import add_progress_flag
 from elfreg.text.load import FrozenText, load_frozen_text
 from elfreg.toy import arith
 from elfreg.toy.lm import greedy_accuracy

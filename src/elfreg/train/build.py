@@ -9,9 +9,7 @@ a scale-out layer can wrap any step of it.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,8 @@ from ..checkpoint import CheckpointError, clean_temporaries, has_checkpoints, op
 from ..config import Config
 from ..data.examples import load_examples
 from ..device import resolve_device, use_bf16
-from ..jsonl import drop_cut_last_line, read_jsonl
+from ..distributed import DistInfo, init_distributed, rank_device
+from ..jsonl import drop_cut_last_line, read_jsonl, write_jsonl
 from ..model.presets import student_from_config
 from ..model.student import Student
 from ..text.load import FrozenText, load_frozen_text
@@ -31,7 +30,7 @@ from .batch import TrainingData, build_canvas, example_indices
 from .ema import EMA
 from .feature_cache import FeatureCache
 from .optim import make_optimizer
-from .parallel import DistInfo, init_distributed, parallelize, rank_device, wrap_for_training
+from .parallel import parallelize, wrap_for_training
 from .sharded import restore, shard_frozen
 
 REG_CALIBRATION_EXAMPLES = 256
@@ -265,6 +264,4 @@ def cut_metrics(path: Path, step: int) -> None:
         return
     drop_cut_last_line(path)  # a kill -9 during a log write leaves half a line
     keep = [r for r in read_jsonl(path) if r.get("step", 0) <= step]
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
-    os.replace(tmp, path)
+    write_jsonl(path, keep)

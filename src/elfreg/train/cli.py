@@ -11,8 +11,8 @@ from ..config import Config
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..distributed import env_dist, shutdown_distributed
     from .loop import train
-    from .parallel import env_dist, shutdown_distributed
 
     cfg = Config.load(args.config, args.override)
     result = train(cfg, resume=not args.fresh)

@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from ..checkpoint import save_checkpoint
 from ..config import Config
+from ..distributed import env_dist
 from ..host_memory import apply_host_memory
 from ..jsonl import append_jsonl
 from ..model.student import STUDENT_FORMAT
@@ -28,7 +29,6 @@ from ..runs import GracefulInterrupt, locked
 from .batch import TrainingData
 from .build import Run, start_run, train_state
 from .cost import Throughput
-from .parallel import env_dist
 from .sharded import save_sharded
 from .step import TrainingDiverged, train_step
 

@@ -1,4 +1,5 @@
-"""Data parallelism: the process group, each rank's device, and the student as it is trained.
+"""Data parallelism: the student as it is trained (the process group and each rank's place are
+:mod:`elfreg.distributed`'s).
 
 ``train.parallel`` is ``none`` (one process, the student as it is), ``ddp`` (every rank holds the
 whole student; gradients are averaged by ``DistributedDataParallel``) or ``fsdp2`` (parameters,
@@ -20,102 +21,15 @@ averaged gradient is then the global batch's gradient, the one one process compu
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from ..config import Config
+from ..distributed import DistInfo
 from ..model.student import Student
-
-PARALLEL_MODES = ("none", "ddp", "fsdp2")
-
-
-@dataclass(frozen=True)
-class DistInfo:
-    """Where this process stands: its rank, the number of ranks, its rank on the node."""
-
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
-
-    @property
-    def is_main(self) -> bool:
-        """Rank 0: the only one that logs, writes metrics and draws progress bars."""
-        return self.rank == 0
-
-    @property
-    def active(self) -> bool:
-        """Whether a process group is up (the collectives below are then real)."""
-        return dist.is_available() and dist.is_initialized()
-
-    def sum(self, values: torch.Tensor) -> torch.Tensor:
-        """``values`` summed over ranks (a new tensor on ``values``' device; the input itself on
-        one process). NCCL reduces only GPU tensors, so CPU values travel through this rank's GPU."""
-        if not self.active or self.world == 1:
-            return values
-        out = values.clone()
-        if dist.get_backend() == "nccl" and out.device.type != "cuda":
-            out = out.to(torch.device("cuda", torch.cuda.current_device()))
-        dist.all_reduce(out, op=dist.ReduceOp.SUM)
-        return out.to(values.device)
-
-    def broadcast(self, obj: Any) -> Any:
-        """Rank 0's ``obj`` on every rank."""
-        if not self.active or self.world == 1:
-            return obj
-        box = [obj]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
-
-    def barrier(self) -> None:
-        if self.active and self.world > 1:
-            dist.barrier()
-
-
-def env_dist() -> DistInfo:
-    """This process's place as torchrun's environment says (rank 0 of 1 without torchrun)."""
-    try:
-        return DistInfo(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
-                        int(os.environ.get("LOCAL_RANK", 0)))
-    except ValueError as err:
-        raise ValueError(f"RANK/WORLD_SIZE/LOCAL_RANK must be integers ({err})") from None
-
-
-def rank_device(device: torch.device, info: DistInfo) -> torch.device:
-    """The device this rank trains on: ``cuda:LOCAL_RANK`` for a CUDA run, else ``device``."""
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", info.local_rank)
-        torch.cuda.set_device(device)
-    return device
-
-
-def init_distributed(mode: str, device: torch.device) -> DistInfo:
-    """Start the process group a ``mode`` run needs (NCCL on CUDA, gloo on CPU) and return this
-    process's place. ``none`` under a multi-process torchrun is refused, naming the rank."""
-    info = env_dist()
-    if mode not in PARALLEL_MODES:
-        raise ValueError(f"train.parallel must be one of {', '.join(PARALLEL_MODES)}, got {mode!r}")
-    if mode == "none":
-        if info.world > 1:
-            raise ValueError(f"train.parallel is 'none' but torchrun started {info.world} processes; "
-                             "set train.parallel=ddp or train.parallel=fsdp2")
-        return info
-    if dist.is_initialized():
-        return DistInfo(dist.get_rank(), dist.get_world_size(), info.local_rank)
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    if device.type == "cuda":  # before the group: its object collectives use the current GPU
-        torch.cuda.set_device(device.index if device.index is not None else info.local_rank)
-    if "MASTER_ADDR" in os.environ:
-        dist.init_process_group(backend, timeout=timedelta(minutes=30))
-    else:  # plain `elfreg train` with a ddp/fsdp2 config: a group of one
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-    return DistInfo(dist.get_rank(), dist.get_world_size(), info.local_rank)
 
 
 class StudentCall(nn.Module):
@@ -189,11 +103,3 @@ def no_gradient_sync(model: nn.Module, cfg: Config, last_micro: bool):
     model.set_requires_gradient_sync(False)
     return nullcontext()
 
-
-def shutdown_distributed() -> None:
-    """End the process group this process started (after a finished run). Every rank meets at a
-    barrier first, so no rank tears down its communicator while another still has collectives
-    in flight (a gloo rank ended that way can abort)."""
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()

@@ -1,7 +1,7 @@
 """The benchmark task interface: problems, zero-shot prompt, checking.
 
 Contract of a :class:`Task`: :meth:`~Task.problems` loads the benchmark once (local copy, file
-or Hub, see :mod:`elfreg.eval.sources`) and returns its problems in benchmark order, each with a
+or Hub, see :mod:`elfreg.eval.tasks.sources`) and returns its problems in benchmark order, each with a
 unique ``task_id``; :meth:`~Task.prompt` fills the task's ``str.format`` template from a problem;
 :meth:`~Task.check` turns one model output into a :class:`~elfreg.eval.verdict.Verdict` and
 :meth:`~Task.check_many` does so for many samples (code tasks run them in parallel sandboxes),
@@ -18,8 +18,8 @@ from typing import Any, ClassVar
 from elfreg.paths import data_dir
 
 from ...text.templates import TEMPLATES, render_prompt
-from ..sources import DataSource, load_rows
 from ..verdict import Verdict
+from .sources import DataSource, load_rows
 
 __all__ = ["Task", "Sample"]
 

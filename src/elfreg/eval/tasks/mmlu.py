@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..text.templates import LETTERS
+from ...text.templates import LETTERS
 
 __all__ = ["extract_choice", "LETTERS", "normalize_mmlu_row"]
 

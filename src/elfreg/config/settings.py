@@ -2,20 +2,21 @@
 
 Paper defaults (ELF-REG §3 and App. A–C) are the dataclass defaults; presets in ``configs/`` override them.
 Validation errors are one line naming the offending key, e.g.
-``config error: train.lr: expected float, got 'fast'`` (parsing and flags: :mod:`elfreg.strict`).
+``config error: train.lr: expected float, got 'fast'`` (parsing and flags: :mod:`elfreg.config.strict`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
-from .config_data import BENCHMARKS, PAPER_RECIPES, TEMPLATES, DataConfig, FilterConfig, SourceConfig
-from .device import check_device_name
+from ..device import check_device_name
+from .data import BENCHMARKS, PAPER_RECIPES, TEMPLATES, DataConfig, FilterConfig, SourceConfig
 from .strict import (
     ConfigError,
     add_config_flags,
@@ -25,9 +26,9 @@ from .strict import (
     read_yaml_mapping,
 )
 
-__all__ = [  # the parsing helpers of elfreg.strict are re-exported: callers import every config name from here
-    "BENCHMARKS", "FULL_SPAN_GRIDS", "PAPER_RECIPES", "SAMPLERS", "SAMPLING_PRESETS", "TEMPLATES", "Config",
-    "ConfigError", "DataConfig", "EvalConfig",
+__all__ = [  # with the parsing helpers of .strict: elfreg.config re-exports every name listed here
+    "BENCHMARKS", "FULL_SPAN_GRIDS", "PAPER_RECIPES", "PARALLEL_MODES", "SAMPLERS", "SAMPLING_PRESETS", "TEMPLATES",
+    "Config", "ConfigError", "DataConfig", "EvalConfig",
     "FilterConfig", "FlowConfig", "LossConfig", "ModelConfig", "SampleConfig", "SourceConfig", "TextConfig",
     "TrainConfig", "add_config_flags", "apply_override", "build_dataclass",
     "config_flag_values", "needs_teacher",
@@ -117,6 +118,10 @@ def needs_teacher(repa: bool, extra_token: str) -> bool:
     return repa or extra_token == "reg"
 
 
+ParallelMode = Literal["none", "ddp", "fsdp2"]
+PARALLEL_MODES: tuple[str, ...] = typing.get_args(ParallelMode)
+
+
 @dataclass
 class TrainConfig:
     """Optimisation, checkpointing and logging."""
@@ -148,7 +153,7 @@ class TrainConfig:
     host_memory: Literal["keep", "release"] = "keep"  # keep: malloc reuses freed memory (elfreg.host_memory)
     progress: bool = True
     # scale-out (docs/scaling.md); batch_size is the global micro-batch, split over the ranks
-    parallel: Literal["none", "ddp", "fsdp2"] = "none"
+    parallel: ParallelMode = "none"
     activation_checkpointing: bool = False  # recompute each student block in the backward pass
     compile: bool = False  # torch.compile each student block
     optimizer: Literal["adamw", "muon"] = "adamw"  # muon: ELF's Muon on every matrix, Nesterov-Adam on the rest
@@ -156,8 +161,12 @@ class TrainConfig:
     peak_tflops: float = 989.0  # per-device peak for MFU (H100/H200 dense bf16); 0 turns MFU off
 
 
-SAMPLERS = ("early-stop", "full-span", "renoise", "adaptive")
-FULL_SPAN_GRIDS = ("logit-normal", "uniform")
+Sampler = Literal["early-stop", "full-span", "renoise", "adaptive"]
+SAMPLERS: tuple[str, ...] = typing.get_args(Sampler)
+FullSpanGrid = Literal["logit-normal", "uniform"]
+FULL_SPAN_GRIDS: tuple[str, ...] = typing.get_args(FullSpanGrid)
+RenoiseMode = Literal["both", "schedule", "renoise"]
+RENOISE_MODES: tuple[str, ...] = typing.get_args(RenoiseMode)
 # Named sampler settings, applied under any explicit flag (``--sampling NAME``). elf-cond is ELF's
 # conditional sampling (its cond_sampling_configs.yml: Euler over 64 steps of a logit-normal grid,
 # prompt CFG 2, SC-CFG 1; 65 NFE with the decode); elf-uncond is its unconditional setting with
@@ -176,20 +185,20 @@ class SampleConfig:
     the one place they are defined. ``elfreg sample`` and ``elfreg eval`` take each field as a flag
     of the same name (``--renoise-eta``), whose help is the field's ``help`` metadata."""
 
-    sampler: Literal["early-stop", "full-span", "renoise", "adaptive"] = field(
+    sampler: Sampler = field(
         default="early-stop", metadata={"help": "sampler (ELF-REG §3 and App. C; adaptive exit: beyond the paper)"})
     nfe: int = field(default=64, metadata={
         "help": "NFE budget N: N − 1 denoiser calls + 1 decode (adaptive: at most N)"})
     rho: int = field(default=8, metadata={
         "help": "master-grid ratio ρ (M = ρ·N points) of early-stop, re-noising, adaptive"})
-    full_span_grid: Literal["logit-normal", "uniform"] = field(default="logit-normal", metadata={
+    full_span_grid: FullSpanGrid = field(default="logit-normal", metadata={
         "help": "full-span's time grid: logit-normal (ELF's: 0, N−2 sorted sigmoid(N(−1.5, 0.8)) draws of "
                 "the sample's seed, 1) or uniform"})
     sc_cfg: float = field(default=3.0, metadata={
         "help": "SC-CFG scale w, a network input (GSM8K 3, code and MATH 2)"})
     prompt_cfg: float = field(default=1.0, metadata={
         "help": "plain prompt CFG scale; ≠ 1 adds a prompt-dropped call per step (inference-only)"})
-    renoise_mode: Literal["both", "schedule", "renoise"] = field(default="both", metadata={
+    renoise_mode: RenoiseMode = field(default="both", metadata={
         "help": "re-noising parts (Table 4/30): both; schedule (its time grid, plain Euler); renoise "
                 "(fresh noise on the early-stop grid)"})
     renoise_eta: float = field(default=1.2, metadata={"help": "re-noising: noise scale η of the fresh noise"})
@@ -220,8 +229,7 @@ class SampleConfig:
             ("renoise_power", self.renoise_power > 0, "must be > 0"),
             ("adaptive_patience", self.adaptive_patience >= 1, "must be >= 1"),
             ("adaptive_interval", self.adaptive_interval >= 1, "must be >= 1"),
-            ("renoise_mode", self.renoise_mode in ("both", "schedule", "renoise"),
-             "must be one of both, schedule, renoise"),
+            ("renoise_mode", self.renoise_mode in RENOISE_MODES, f"must be one of {', '.join(RENOISE_MODES)}"),
             ("full_span_grid", self.full_span_grid in FULL_SPAN_GRIDS, f"must be one of {', '.join(FULL_SPAN_GRIDS)}"),
             ("trim_interval", isinstance(self.trim_interval, int) and self.trim_interval >= 1,
              "must be an integer >= 1"),
@@ -292,10 +300,16 @@ class EvalConfig:
                 raise ConfigError(f"config error: eval.{key}: {why}, got {getattr(self, key)!r}")
         return self
 
+    def points(self, sampler: str | None = None, nfe: int | None = None) -> list[dict[str, Any]]:
+        """Every (sampler, NFE) pair of the sweep (sampler-major) as changes to the sampler
+        settings; an axis the sweep leaves empty keeps ``sampler`` / ``nfe`` (left out when None:
+        the checkpoint's own setting then holds)."""
+        return [{k: v for k, v in (("sampler", s), ("nfe", n)) if v is not None}
+                for s in self.samplers or [sampler] for n in self.nfes or [nfe]]
+
     def grid(self, sample: SampleConfig) -> list[SampleConfig]:
-        """Every (sampler, NFE) pair of the sweep, as sampler settings (sampler-major)."""
-        return [sample.replace(sampler=s, nfe=n) for s in self.samplers or [sample.sampler]
-                for n in self.nfes or [sample.nfe]]
+        """:meth:`points` as whole sampler settings, starting from ``sample``."""
+        return [sample.replace(**point) for point in self.points(sample.sampler, sample.nfe)]
 
 
 @dataclass
@@ -357,7 +371,7 @@ class Config:
             ("train.device", check_device_name(self.train.device) is None, check_device_name(self.train.device) or ""),
             ("train.log_every", self.train.log_every >= 1, "must be >= 1"),
             ("train.out_dir", bool(self.train.out_dir.strip()), "must not be empty"),
-            ("train.parallel", self.train.parallel in ("none", "ddp", "fsdp2"), "must be none, ddp or fsdp2"),
+            ("train.parallel", self.train.parallel in PARALLEL_MODES, f"must be one of {', '.join(PARALLEL_MODES)}"),
             ("train.optimizer", not (self.train.optimizer == "muon" and self.train.parallel == "fsdp2"),
              "muon is not supported with train.parallel=fsdp2 (Muon orthogonalises whole matrices, FSDP2 "
              "holds shards); use ddp or adamw"),

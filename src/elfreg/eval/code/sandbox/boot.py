@@ -1,10 +1,10 @@
 """What runs inside the sandbox's child: build the isolation, drop privileges, ``exec`` the program.
 
 Contract: this file is executed as a script (``python -I -S -B boot.py CONFIG``) by
-:mod:`elfreg.eval.sandbox.supervisor`, once per sandboxed program, and is never imported by the
+:mod:`elfreg.eval.code.sandbox.supervisor`, once per sandboxed program, and is never imported by the
 evaluator; it uses the standard library only. ``CONFIG`` is a small file (one ``key<TAB>value``
 per line, lists joined by ``\x1f``) that names the mode, the work directory, the limits, the
-identity chosen by :mod:`elfreg.eval.sandbox.isolation` and the program's ``argv``. Once the
+identity chosen by :mod:`elfreg.eval.code.sandbox.isolation` and the program's ``argv``. Once the
 isolation is in place and privileges are dropped it writes one byte to ``status_fd`` (the
 supervisor starts the program's clock then) and ``exec``s ``argv``; any failure before that is
 reported on stderr with exit status 125. Modes:

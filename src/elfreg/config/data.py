@@ -86,7 +86,7 @@ class DataConfig:
 
     def checks(self) -> list[tuple[str, bool, str]]:
         """Range checks of the data section: (key, ok, why)."""
-        from .plugins import DATA_SOURCES, registered_names  # entry points only: no elfreg room
+        from ..plugins import DATA_SOURCES, registered_names  # entry points only: no elfreg room
 
         kinds = {"hf", "jsonl", "parquet", *registered_names(DATA_SOURCES)}
         mixture = self.source == "mixture"

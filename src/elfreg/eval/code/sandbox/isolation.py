@@ -18,7 +18,7 @@ Contract:
   site-packages it may import from.
 
 Nothing here launches a program except the probe, which goes through
-:mod:`elfreg.eval.sandbox.supervisor` like every other run.
+:mod:`elfreg.eval.code.sandbox.supervisor` like every other run.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ import argparse
 import json
 from pathlib import Path
 
-from elfreg.strict import add_progress_flag
-from elfreg.study.plan import Study, load_plan
+from elfreg.config import add_progress_flag
+from elfreg.toy.study.plan import Study, load_plan
 
 
 def _value(v: object) -> str:
@@ -53,9 +53,9 @@ def default_out(plan: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from elfreg.study.compare import compare_arms, format_comparison, parse_arm
-    from elfreg.study.report import format_table, write_outputs
-    from elfreg.study.runner import report_so_far, run_study, status
+    from elfreg.toy.study.compare import compare_arms, format_comparison, parse_arm
+    from elfreg.toy.study.report import format_table, write_outputs
+    from elfreg.toy.study.runner import report_so_far, run_study, status
 
     study = load_plan(args.plan, args.override)
     out = Path(args.out or default_out(args.plan))

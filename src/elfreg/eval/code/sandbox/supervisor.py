@@ -2,7 +2,7 @@
 
 Contract of :func:`run_in_sandbox` (and :func:`run_many`, its thread-pool form):
 
-* the program runs in a fresh interpreter started by :mod:`elfreg.eval.sandbox.boot`, in its own
+* the program runs in a fresh interpreter started by :mod:`elfreg.eval.code.sandbox.boot`, in its own
   session, with stdin ``/dev/null``, the environment of :func:`~.isolation.scrubbed_env` and the
   identity of :func:`~.isolation.run_identity`, in the process's isolation mode
   (:func:`~.isolation.sandbox_isolation`);

@@ -10,9 +10,9 @@ import yaml
 
 from elfreg.cli import main
 from elfreg.config import ConfigError
-from elfreg.study.compare import compare_arms, format_comparison, parse_arm, verdict
-from elfreg.study.plan import PlanFile, load_plan, resolve
-from elfreg.study.runner import ROWS_FILE, claim_folder
+from elfreg.toy.study.compare import compare_arms, format_comparison, parse_arm, verdict
+from elfreg.toy.study.plan import PlanFile, load_plan, resolve
+from elfreg.toy.study.runner import ROWS_FILE, claim_folder
 
 PLAN = {"base": {}, "models": ["elf", "elf-reg"], "train_seeds": [0, 1, 2],
         "samplers": ["early-stop", "full-span", "reg-off"], "nfes": [4, 16], "sample_seeds": [0, 1]}

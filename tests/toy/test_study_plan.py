@@ -9,7 +9,7 @@ import yaml
 
 from elfreg.cli import main
 from elfreg.config import ConfigError
-from elfreg.study.plan import PlanFile, load_plan, resolve
+from elfreg.toy.study.plan import PlanFile, load_plan, resolve
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 SMALL = {"base": {}, "models": ["elf", "elf-reg"], "train_seeds": [0, 1], "samplers": ["early-stop", "reg-off"],
@@ -76,7 +76,7 @@ def test_the_shipped_plans_load():
     assert level2.base.data.toy_level == 2 and level2.base.train.steps == 6000
     assert len(level2.train_cells()) == 2 and len(level2.eval_cells()) == 2 * 2 * 3 * 2
     sweeps = load_plan(CONFIGS / "study-toy-level1-sweeps.yaml")
-    from elfreg.study.plan import training_settings  # the sweeps train nothing the study has not
+    from elfreg.toy.study.plan import training_settings  # the sweeps train nothing the study has not
     assert training_settings(sweeps.to_dict())["elf-reg"] == training_settings(study.to_dict())["elf-reg"]
     cells = {c.id: sweeps.sample_config(c) for c in sweeps.eval_cells()}
     assert cells["elf-reg/t2/rho16/nfe8/s1"].rho == 16 and cells["elf-reg/t0/p0.25/nfe16/s0"].renoise_power == 0.25
@@ -125,7 +125,7 @@ def test_rows_match_sample_settings_across_added_fields():
     from dataclasses import asdict
 
     from elfreg.config import SampleConfig
-    from elfreg.study.plan import first_difference, sample_settings_match
+    from elfreg.toy.study.plan import sample_settings_match
 
     now = SampleConfig(sampler="full-span", nfe=16)
     recorded = asdict(now)
@@ -135,5 +135,3 @@ def test_rows_match_sample_settings_across_added_fields():
     older = {k: v for k, v in recorded.items() if k != "rho"}
     assert sample_settings_match(older, now) and not sample_settings_match(older, now.replace(rho=16))
     assert not sample_settings_match({**recorded, "gone": 1}, now)  # a setting that no longer exists
-    assert first_difference({"a": {"b": 1, "c": 2}}, {"a": {"b": 1, "c": 3}}) == "a.c"
-    assert first_difference({"a": 1}, {"a": 1, "z": 0}) == "z" and first_difference([1], [1]) is None

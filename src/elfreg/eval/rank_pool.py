@@ -15,15 +15,13 @@ The ranks exchange Python objects only (gloo, whatever the device); generation r
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from typing import Any
 
-import torch
 import torch.distributed as dist
 
+from ..distributed import join_object_group, leave_group
 from ..runs import GracefulInterrupt
 
 Job = tuple  # the arguments of elfreg.eval.generation._generate
@@ -52,11 +50,7 @@ class RankPool:
 
 def start() -> int:
     """Join the ranks (gloo) and return this rank; the rank's CUDA device is made current."""
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", timeout=timedelta(hours=2))
-    if torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    return dist.get_rank()
+    return join_object_group().rank
 
 
 def serve(run_job: Callable[[Job], Any]) -> None:
@@ -86,5 +80,4 @@ def pool(run_job: Callable[[Job], Any]) -> Iterator[RankPool]:
 
 def finish() -> None:
     """Leave the process group (every rank, at the end of the command)."""
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    leave_group()

@@ -24,7 +24,9 @@ __all__ = ["DataUnavailable", "DataSource", "read_jsonl", "load_rows", "human_ev
 
 
 class DataUnavailable(RuntimeError):
-    """The benchmark data could not be found locally nor loaded from the Hub."""
+    """The benchmark data could not be found locally nor loaded from the Hub (exit status 2)."""
+
+    exit_status = 2
 
 
 @dataclasses.dataclass(frozen=True)

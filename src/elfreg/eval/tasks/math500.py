@@ -18,7 +18,7 @@ import re
 import threading
 from typing import Any
 
-from .verdict import Verdict
+from ..verdict import Verdict
 
 __all__ = ["extract_math_answer", "last_boxed", "math_equal", "check_math"]
 

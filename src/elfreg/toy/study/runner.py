@@ -19,7 +19,6 @@ newest intact checkpoint, and drops a row cut mid-write.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import time
@@ -31,18 +30,17 @@ from tqdm.auto import tqdm
 from elfreg.checkpoint import open_checkpoint, resolve_checkpoint
 from elfreg.jsonl import append_jsonl, drop_cut_last_line, read_jsonl
 from elfreg.provenance import code_version
-from elfreg.runs import GracefulInterrupt, locked
-from elfreg.study.plan import (
+from elfreg.runs import GracefulInterrupt, first_difference, locked, write_json_atomic
+from elfreg.text.load import FrozenText, load_frozen_text
+from elfreg.toy.demo import evaluate, heldout_problems, train_variant
+from elfreg.toy.study.plan import (
     EvalCell,
     Study,
     TrainCell,
-    first_difference,
     sample_settings_match,
     training_settings,
 )
-from elfreg.study.report import build_report, write_outputs
-from elfreg.text.load import FrozenText, load_frozen_text
-from elfreg.toy.demo import evaluate, heldout_problems, train_variant
+from elfreg.toy.study.report import build_report, write_outputs
 
 PLAN_FILE = "plan.json"
 ROWS_FILE = "results.jsonl"
@@ -91,7 +89,8 @@ def claim_folder(study: Study, out: Path, overwrite: bool = False) -> None:
     ``overwrite`` says."""
     held = stored_plan(out)
     if held is None and out.is_dir():
-        foreign = sorted(p.name for p in out.iterdir() if p.name not in (".lock", f".{PLAN_FILE}.tmp"))
+        foreign = sorted(p.name for p in out.iterdir()
+                         if p.name != ".lock" and not p.name.startswith(f".{PLAN_FILE}.tmp"))
         if foreign:
             raise ValueError(f"{out} is not a study folder (it holds {', '.join(foreign[:3])}"
                              f"{', ...' if len(foreign) > 3 else ''}); choose an empty or new --out")
@@ -108,9 +107,7 @@ def claim_folder(study: Study, out: Path, overwrite: bool = False) -> None:
                 path.unlink()
     if held is None or clash or held["identity"] != study.identity():
         out.mkdir(parents=True, exist_ok=True)
-        tmp = out / f".{PLAN_FILE}.tmp"
-        tmp.write_text(json.dumps({"identity": study.identity(), "plan": study.to_dict()}, indent=2) + "\n")
-        os.replace(tmp, out / PLAN_FILE)
+        write_json_atomic(out / PLAN_FILE, {"identity": study.identity(), "plan": study.to_dict()})
 
 
 def finished_rows(out: Path, repair: bool = True) -> dict[str, dict]:
@@ -189,7 +186,7 @@ def _row(cell: EvalCell, study: Study, result: dict, n_problems: int, seconds: f
 
 def run_study(study: Study, out: str | Path, overwrite: bool = False, progress: bool = True) -> dict:
     """Run every cell of ``study`` not yet done in ``out`` (locked meanwhile), then write the
-    report; returns it (:func:`~elfreg.study.report.build_report`)."""
+    report; returns it (:func:`~elfreg.toy.study.report.build_report`)."""
     out = Path(out)
     with locked(out, what="study folder"):
         claim_folder(study, out, overwrite)

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from elfreg.study.cli import default_out
+from elfreg.toy.study.cli import default_out
 
 
 def test_the_default_out_folder_is_the_plan_name_as_the_docs_write_it():

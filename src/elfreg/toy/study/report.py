@@ -23,8 +23,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from elfreg.jsonl import read_jsonl
-from elfreg.study.plan import Study
 from elfreg.toy.report import LEVEL_NAMES, _pyplot
+from elfreg.toy.study.plan import Study
 
 
 def spreads(by_train_seed: dict[int, list[float]]) -> dict:

@@ -8,8 +8,8 @@ import statistics
 
 import pytest
 
-from elfreg.study.plan import PlanFile, resolve
-from elfreg.study.report import build_report, format_table, plot_pass1_vs_nfe, spreads, table_entries
+from elfreg.toy.study.plan import PlanFile, resolve
+from elfreg.toy.study.report import build_report, format_table, plot_pass1_vs_nfe, spreads, table_entries
 
 
 def test_training_seed_spread_and_sampling_seed_spread_are_apart():

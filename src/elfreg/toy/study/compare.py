@@ -15,7 +15,7 @@ import statistics
 from collections import defaultdict
 
 from elfreg.config import ConfigError
-from elfreg.study.plan import Study
+from elfreg.toy.study.plan import Study
 
 # pass@1 is a share of a fixed problem set: two cells closer than this are level (the same share
 # reached by two float paths, a mean of 0/1 scores and a count over n, may differ in its last bit)

@@ -8,7 +8,7 @@ program, with the task's test suites:
 * the ``io`` suite runs EvalPlus-style differential tests: the entry point on ``base_input +
   plus_input`` against the outputs of the canonical solution, which are recorded once by running
   the canonical solution inside the sandbox and cached on disk (see
-  :class:`~.code_expected.ExpectedOutputs`). Since base inputs come first and testing stops at
+  :class:`~.expected.ExpectedOutputs`). Since base inputs come first and testing stops at
   the first failure, the base score (base inputs only) is read off the same run.
 
 The program is the prompt's context (its imports and helper functions, e.g. HumanEval's
@@ -28,11 +28,11 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .code_expected import ExpectedOutputs
-from .code_harness import CodeProblem, harness_job, sandbox_reason, suite_results
-from .code_sanitize import SanitizedProgram, extract_code, parse_quietly, sanitize
+from ..verdict import Verdict
+from .expected import ExpectedOutputs
+from .harness import CodeProblem, harness_job, sandbox_reason, suite_results
 from .sandbox import NOT_RUN, SandboxJob, SandboxResult, run_many
-from .verdict import Verdict
+from .sanitize import SanitizedProgram, extract_code, parse_quietly, sanitize
 
 __all__ = ["check_code_samples", "check_program", "run_assert_tests"]
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-import elfreg.study.runner as runner
+import elfreg.toy.study.runner as runner
 import elfreg.train.loop as loop
 from elfreg.checkpoint import resolve_checkpoint
 from elfreg.cli import main
 from elfreg.provenance import code_version
 from elfreg.runs import FolderInUse, locked
-from elfreg.study.plan import load_plan
+from elfreg.toy.study.plan import load_plan
 
 from conftest import tiny_config
 

@@ -1,13 +1,13 @@
 """Expected outputs of the differential tests, recorded from the canonical solutions.
 
-Contract of :class:`ExpectedOutputs`: for every problem with :class:`~.code_harness.IOTests` it
+Contract of :class:`ExpectedOutputs`: for every problem with :class:`~.harness.IOTests` it
 gives the canonical solution's outputs on all inputs (a base64 gzip stream of pickles, one per
 input, which the evaluator stores and never unpickles) and per-input times, or the reason the
 canonical solution failed on its own inputs. Outputs are recorded by running the canonical
 program inside the sandbox (8 GiB address space, 600 s) and cached under
 ``cache_dir()/eval/expected`` (one JSON object on one line per problem, read and written with
 :mod:`elfreg.jsonl`), keyed by the task id, the canonical program, the inputs, the Python version
-and :data:`~.code_harness.HARNESS_VERSION`. An unreadable or corrupt cache entry is recorded again.
+and :data:`~.harness.HARNESS_VERSION`. An unreadable or corrupt cache entry is recorded again.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 from elfreg.jsonl import append_jsonl, read_jsonl
 from elfreg.paths import cache_dir
 
-from .code_harness import CODE_LIMITS, HARNESS_VERSION, CodeProblem, harness_job, sandbox_reason, suite_results
+from .harness import CODE_LIMITS, HARNESS_VERSION, CodeProblem, harness_job, sandbox_reason, suite_results
 from .sandbox import NOT_RUN, SandboxJob, run_many
 
 __all__ = ["ExpectedOutputs", "RECORD_TIMEOUT", "RECORD_MEMORY_MB"]
