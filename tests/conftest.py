@@ -92,3 +92,17 @@ def torchrun(args: list[str], nproc: int = 2, timeout: float = 240, script: Path
     launch += [str(script)] if script is not None else ["--no-python", elfreg]
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", "ELFREG_RANK_FAILURE_GRACE_S": "120", **(env or {})}
     return subprocess.run(launch + args, capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+@pytest.fixture(scope="session")
+def served_checkpoint(tiny_assets, tmp_path_factory):
+    """The serving tests' checkpoint: the cheapest real one of the toy task (the tiny test LMs,
+    toy arithmetic, 4 steps; sampler default 8 NFE)."""
+    from elfreg.train.loop import train
+
+    root = tmp_path_factory.mktemp("serve")
+    cfg = tiny_config(tiny_assets, root, text={"canvas_len": 64, "prompt_cap": 48},
+                      data={"source": "toy-arith", "toy_count": 32}, train={"steps": 4, "ckpt_every": 4},
+                      sample={"nfe": 8})
+    train(cfg)
+    return cfg.train.out_dir

@@ -8,7 +8,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "elfreg"
 CORE_ROOMS = ("text", "model", "flow", "sampling")
-HARNESSES = ("toy", "eval", "train", "data", "analysis", "interop")
+HARNESSES = ("toy", "eval", "train", "data", "analysis", "interop", "serve")
 
 
 def _modules() -> list[Path]:

@@ -117,3 +117,17 @@ def test_evalplus_agreement_judges_the_canonical_solutions_alike(tmp_path):
     table = json.loads(out.read_text())["table"]["humaneval"]
     assert sum(r["n"] for r in table.values()) >= 6  # 3 canonical + 3 with a planted bug, at least
     assert all(r["base"] == r["n"] for r in table.values())  # both evaluators agree on every program
+
+
+def test_serve_load_runs_every_mode_and_finds_their_texts_equal(served_checkpoint, tmp_path):
+    pytest.importorskip("uvicorn", reason="elfreg serve needs the serve extra")
+    out = tmp_path / "load.json"
+    _run("serve_load.py", "--checkpoint", str(served_checkpoint), "--clients", "1,3", "--requests", "2",
+         "--think", "0", "--nfe", "4", "--max-batch", "4", "--out", str(out))
+    report = json.loads(out.read_text())  # the script exits 1 if the modes' texts differ
+    rows = {(r["mode"], r["clients"]): r for r in report["rows"]}
+    assert set(rows) == {(m, c) for m in ("continuous", "one-at-a-time", "static") for c in (1, 3)}
+    for (_, clients), r in rows.items():
+        assert r["requests"] == 2 * clients and r["requests_per_s"] > 0 and r["p99_s"] >= r["p50_s"] > 0
+        assert 1 <= r["rows_per_call"] <= 4
+    assert rows[("one-at-a-time", 3)]["rows_per_call"] == 1.0  # one prompt a request, one request at a time

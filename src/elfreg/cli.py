@@ -30,6 +30,7 @@ _COMMAND_MODULES = [
     "elfreg.toy.demo",
     "elfreg.toy.study.cli",
     "elfreg.interop.cli",
+    "elfreg.serve.cli",
 ]
 DEBUG_ENV = "ELFREG_DEBUG"
 

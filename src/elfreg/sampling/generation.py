@@ -51,6 +51,7 @@ class GenerationResult:
     early_exit: bool  # adaptive exit stopped on a stable answer
     sampler: str
     canvas_len: int  # canvas positions its last network calls ran on (the whole canvas unless trimmed)
+    ended: bool = True  # the answer stopped at an end token (False: it filled its answer region)
     trajectory: Trajectory | None = field(default=None, repr=False)
 
     def as_dict(self) -> dict:
@@ -151,12 +152,13 @@ def generate(model: SamplingModels | Student | Network, prompts: list[str], samp
                           answer_key=check_key, record_every=record_every, record_steps=record_steps, eos_id=eos)
         for k, (i, j) in enumerate(batch):
             tokens = answer_token_ids(out.token_ids[k], eos)
+            region = out.token_ids[k][out.token_ids[k] >= 0]
             results.append(GenerationResult(
                 prompt_index=i, sample_index=j, seed=seeds[k], text=answer_text(tokenizer, tokens), tokens=tokens,
                 nfe=int(out.nfe[k]), nfe_budget=sample.nfe, denoiser_calls=int(out.denoiser_calls[k]),
                 decoder_calls=int(out.decoder_calls[k]), steps=int(out.steps[k]),
                 exit_time=float(out.exit_time[k]), early_exit=bool(out.early_exit[k]), sampler=sample.sampler,
-                canvas_len=int(out.canvas_len[k]),
+                canvas_len=int(out.canvas_len[k]), ended=bool((region == eos).any()),
                 trajectory=None if out.trajectories is None else out.trajectories[k]))
     return results
 

@@ -1,0 +1,180 @@
+"""Load on ``elfreg serve``: continuous batching against one request at a time and against static
+batching, side by side in one run, through the ``openai`` client on loopback.
+
+    python benchmarks/serve_load.py --checkpoint runs/demo/elf-reg --clients 1,4,16,64 --out out/serve_load.json
+
+Each of C clients sends ``--requests`` completions one after another, waiting an exponential
+think time (mean ``--think``; Poisson arrivals per client, seeded) between an answer and its next
+request; every request asks for ``--nfe`` NFE with its own seed. The server admits every client's
+request (``--max-queue`` ≥ C); what differs is how requests share network calls:
+
+- ``continuous``: elfreg's scheduler: each call takes rows from every request in flight, wherever
+  it is on its grid; a new request joins at the next call;
+- ``one-at-a-time``: requests run one after another (each on its own rows);
+- ``static``: requests wait until a full batch of min(C, max batch) is gathered and no batch is
+  running, then run together; none joins a running batch.
+
+Reported per (mode, C): requests/s, answer tokens/s, p50/p99 latency (admission to answer, as
+the client sees it), and rows per network call. Texts are checked equal across modes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import openai
+import uvicorn
+
+import elfreg
+from elfreg.serve.app import Server, ServeSettings, create_app
+from elfreg.toy import arith
+from elfreg.toy.registry import as_example
+
+MODES = ("continuous", "one-at-a-time", "static")
+
+
+class StaticGate:
+    """Static batching: requests are released in whole batches of ``size``, one batch at a time."""
+
+    def __init__(self, size: int, flush_s: float = 60.0):
+        self.size, self.flush_s = size, flush_s
+        self.cond = threading.Condition()
+        self.waiting = 0
+        self.running = 0
+        self.released = 0  # tickets released for the current batch
+
+    def __enter__(self) -> None:
+        with self.cond:
+            self.waiting += 1
+            self.cond.notify_all()
+            start = time.monotonic()
+            while True:
+                if self.released:  # a slot of the batch being released
+                    self.released -= 1
+                    break
+                full = self.waiting >= self.size or time.monotonic() - start > self.flush_s
+                if self.running == 0 and full:
+                    self.released = min(self.size, self.waiting) - 1
+                    self.running = min(self.size, self.waiting)
+                    break
+                self.cond.wait(0.05)
+            self.waiting -= 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self.cond:
+            self.running -= 1
+            self.cond.notify_all()
+
+
+def serve(model: Any, mode: str, clients: int, max_batch: int) -> tuple[Server, uvicorn.Server, threading.Thread]:
+    server = Server(model, ServeSettings(max_batch=max_batch, max_queue=max(64, clients), model_name="bench"))
+    run = server.run
+    if mode == "one-at-a-time":
+        lock = threading.Lock()
+
+        def one_at_a_time(*args: Any) -> Any:
+            with lock:
+                return run(*args)
+        server.run = one_at_a_time
+    elif mode == "static":
+        gate = StaticGate(min(clients, max_batch))
+
+        def static(*args: Any) -> Any:
+            with gate:
+                return run(*args)
+        server.run = static
+    web = uvicorn.Server(uvicorn.Config(create_app(server), host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=web.run, daemon=True)
+    thread.start()
+    while not web.started:
+        time.sleep(0.01)
+    return server, web, thread
+
+
+def load_run(model: Any, mode: str, clients: int, prompts: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    server, web, thread = serve(model, mode, clients, args.max_batch)
+    url = f"http://127.0.0.1:{web.servers[0].sockets[0].getsockname()[1]}/v1"
+    client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=3600)
+    latencies: list[float] = []
+    tokens = 0
+    texts: dict[int, str] = {}
+    lock = threading.Lock()
+
+    def one_client(c: int) -> None:
+        nonlocal tokens
+        rng = random.Random(args.seed * 1000 + c)
+        for k in range(args.requests):
+            time.sleep(rng.expovariate(1 / args.think) if args.think > 0 else 0)
+            rid = c * args.requests + k
+            t0 = time.monotonic()
+            out = client.completions.create(model="bench", prompt=prompts[rid % len(prompts)], seed=rid,
+                                            extra_body={"nfe": args.nfe, "sampler": args.sampler})
+            with lock:
+                latencies.append(time.monotonic() - t0)
+                tokens += out.usage.completion_tokens
+                texts[rid] = out.choices[0].text
+
+    calls0, rows0 = server.batcher.stats.calls, server.batcher.stats.rows
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(one_client, range(clients)))
+    wall = time.monotonic() - t0
+    calls, rows = server.batcher.stats.calls - calls0, server.batcher.stats.rows - rows0
+    web.should_exit = True
+    thread.join()
+    server.close()
+    lat = sorted(latencies)
+    return {"mode": mode, "clients": clients, "requests": len(lat), "seconds": wall,
+            "requests_per_s": len(lat) / wall, "answer_tokens_per_s": tokens / wall,
+            "p50_s": statistics.median(lat), "p99_s": lat[min(len(lat) - 1, round(0.99 * (len(lat) - 1)))],
+            "rows_per_call": rows / calls if calls else 0.0, "network_calls": calls, "texts": texts}
+
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--checkpoint", default="runs/demo/elf-reg", help="a trained checkpoint (default: the demo's)")
+    p.add_argument("--clients", default="1,4,16,64", help="concurrent clients, comma-separated")
+    p.add_argument("--requests", type=int, default=8, help="requests per client")
+    p.add_argument("--think", type=float, default=0.05, help="mean think time between requests (s)")
+    p.add_argument("--nfe", type=int, default=16)
+    p.add_argument("--sampler", default="early-stop")
+    p.add_argument("--max-batch", type=int, default=32)
+    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="write the results (with the command line) as JSON here")
+    args = p.parse_args(argv)
+    model = elfreg.load(args.checkpoint, device="cpu")
+    problems = arith.heldout("test", 1, arith.ArithConfig())
+    prompts = [as_example(r).prompt for r in problems]
+    rows = []
+    for clients in (int(c) for c in args.clients.split(",")):
+        for mode in args.modes.split(","):
+            r = load_run(model, mode, clients, prompts, args)
+            rows.append(r)
+            print(f"{mode:14s} C={clients:3d}  {r['requests_per_s']:7.2f} req/s  "
+                  f"{r['answer_tokens_per_s']:8.1f} tok/s  p50 {r['p50_s']:6.3f} s  p99 {r['p99_s']:6.3f} s  "
+                  f"rows/call {r['rows_per_call']:5.1f}", flush=True)
+        same = [r for r in rows if r["clients"] == clients]
+        if any(r["texts"] != same[0]["texts"] for r in same):
+            print(f"texts differ between modes at C={clients}", file=sys.stderr)
+            return 1
+    result = {"command": sys.argv, "settings": {k: v for k, v in vars(args).items()},
+              "rows": [{k: v for k, v in r.items() if k != "texts"} for r in rows]}
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
