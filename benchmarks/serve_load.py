@@ -2,6 +2,7 @@
 batching, side by side in one run, through the ``openai`` client on loopback.
 
     python benchmarks/serve_load.py --checkpoint runs/demo/elf-reg --clients 1,4,16,64 --out out/serve_load.json
+    python benchmarks/serve_load.py --checkpoint b-random --clients 1,4 --requests 2   # the B shape, random weights
 
 Each of C clients sends ``--requests`` completions one after another, waiting an exponential
 think time (mean ``--think``; Poisson arrivals per client, seeded) between an answer and its next
@@ -25,6 +26,7 @@ import json
 import random
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import openai
+import torch
 import uvicorn
 
 import elfreg
@@ -140,9 +143,45 @@ def load_run(model: Any, mode: str, clients: int, prompts: list[str], args: argp
 
 
 
+def b_random_checkpoint(folder: Path) -> Path:
+    """A checkpoint of ELF-REG-B's student shape (width 768, 12 blocks, 12 heads, canvas 256 with a
+    64-token prompt cap, REG width 2048) with random weights, behind a random one-block encoder of
+    Qwen3-0.6B's width (1024) over the toy tokenizer (its 832-entry vocabulary is also the
+    decoder's): what B-shape network calls cost, with no download."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from elfreg.checkpoint import save_checkpoint
+    from elfreg.config import Config
+    from elfreg.model.presets import student_from_config
+    from elfreg.model.student import STUDENT_FORMAT
+    from elfreg.plugins import resolve_model_id
+    from elfreg.text.tokenizer import load_tokenizer
+
+    tokenizer = Path(resolve_model_id("toy:encoder")).parent / "tokenizer"
+    vocab = len(load_tokenizer(str(tokenizer)))
+    torch.manual_seed(0)
+    encoder = folder / "encoder"
+    Qwen3ForCausalLM(Qwen3Config(vocab_size=vocab, hidden_size=1024, intermediate_size=3072, num_hidden_layers=1,
+                                 num_attention_heads=16, num_key_value_heads=8, head_dim=64,
+                                 max_position_embeddings=512)).save_pretrained(encoder)
+    cfg = Config.from_dict({
+        "text": {"encoder": str(encoder), "encoder_layer": 1, "teacher": str(encoder), "tokenizer": str(tokenizer),
+                 "canvas_len": 256, "prompt_cap": 64},
+        "model": {"width": 768, "depth": 12, "heads": 12, "repa_block": 4, "projector_hidden": 2048},
+        "sample": {"sc_cfg": 1.0}})
+    student = student_from_config(cfg, 1024, vocab, 2048)
+    for head in (student.final_layer.linear, student.reg_head.linear):  # zero at init: give them weights
+        torch.nn.init.normal_(head.weight, std=0.02)
+    run = folder / "run"
+    save_checkpoint(run, 0, cfg, student, student.state_dict(), {}, {
+        "student_format": STUDENT_FORMAT, "enc_dim": 1024, "vocab_size": vocab, "teacher_dim": 2048})
+    return run
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--checkpoint", default="runs/demo/elf-reg", help="a trained checkpoint (default: the demo's)")
+    p.add_argument("--checkpoint", default="runs/demo/elf-reg",
+                   help="a trained checkpoint (default: the demo's), or b-random (ELF-REG-B's shape, random weights)")
     p.add_argument("--clients", default="1,4,16,64", help="concurrent clients, comma-separated")
     p.add_argument("--requests", type=int, default=8, help="requests per client")
     p.add_argument("--think", type=float, default=0.05, help="mean think time between requests (s)")
@@ -153,7 +192,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write the results (with the command line) as JSON here")
     args = p.parse_args(argv)
-    model = elfreg.load(args.checkpoint, device="cpu")
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = b_random_checkpoint(Path(tmp)) if args.checkpoint == "b-random" else args.checkpoint
+        model = elfreg.load(checkpoint, device="cpu")
+    return _measure(model, args)
+
+
+def _measure(model: Any, args: argparse.Namespace) -> int:
     problems = arith.heldout("test", 1, arith.ArithConfig())
     prompts = [as_example(r).prompt for r in problems]
     rows = []

@@ -160,6 +160,9 @@ BAD = [
     ({"prompt": "x", "model": "gpt-4"}, "model"),
     ({"prompt": "x", "sc_cfg": -2}, "sc_cfg"),
     ({"prompt": "x", "readouts": -1}, "readouts"),
+    ({"prompt": "x", "readouts": 2, "trim": True}, "readouts"),
+    ({"prompt": "x", "nfe": 10**7}, "nfe"),
+    ({"prompt": ["x"] * 65, "n": 16}, "prompt"),
 ]
 
 

@@ -55,6 +55,12 @@ class ServeSettings:
     linger_s: float = 0.02  # the longest a straggling sampler holds the others back
 
 
+# bounds that keep one request from taking the server's memory: the master grid (nfe × rho points
+# per sample) and the rows of one request (prompts × n)
+MAX_GRID_POINTS = 1 << 20
+MAX_ROWS = 1024
+
+
 class Metrics:
     """The Prometheus metrics of one server (its own registry)."""
 
@@ -115,6 +121,11 @@ class Server:
         except ConfigError as err:
             key = str(err).split(":")[1].strip().removeprefix("sample.").split()[0] if ":" in str(err) else None
             raise BadRequest(str(err).removeprefix("config error: "), key) from None
+        if sample.nfe * sample.rho > MAX_GRID_POINTS:
+            raise BadRequest(f"nfe: nfe × rho = {sample.nfe * sample.rho} grid points; this server allows at most "
+                             f"{MAX_GRID_POINTS}", "nfe")
+        if sample.trim and req.readouts:
+            raise BadRequest("readouts: a trimmed canvas records no readouts; drop trim or readouts", "readouts")
         if self.model.models.student.cfg.cfg_tokens == 0 and sample.sc_cfg != 1.0:
             raise BadRequest(f"sc_cfg: this model has no SC-CFG tokens, so sc_cfg must be 1, not {sample.sc_cfg}",
                              "sc_cfg")
@@ -238,6 +249,8 @@ async def _answer(server: Server, request: Request, req: CompletionRequest | Cha
                   chat: bool) -> Any:
     route = request.url.path
     req.stops()  # a bad stop is refused before any work
+    if len(prompts) * req.n > MAX_ROWS:
+        raise BadRequest(f"prompt: {len(prompts)} prompts × n = {req.n} is more than {MAX_ROWS} answers", "prompt")
     if req.model is not None and req.model != server.settings.model_name:
         raise BadRequest(f"model: this server serves {server.settings.model_name!r}, not {req.model!r}", "model")
     sample = server.settings_for(req)
@@ -261,6 +274,9 @@ async def _answer(server: Server, request: Request, req: CompletionRequest | Cha
     future.add_done_callback(lambda _f: loop.call_soon_threadsafe(done))
     try:
         results = await _unless_disconnected(future, request, cancel)
+    except (ValueError, ConfigError) as err:  # generate refused the request's settings
+        server.metrics.requests.labels(route, "400").inc()
+        return JSONResponse(error_body(" ".join(str(err).split())), status_code=400)
     except RequestCancelled:
         server.metrics.requests.labels(route, "499").inc()
         return JSONResponse(error_body("the client went away", kind="cancelled"), status_code=499)

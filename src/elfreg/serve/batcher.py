@@ -17,8 +17,9 @@ Contract:
   texts are equal to :func:`~elfreg.sampling.generate`'s and states within 1e-5);
 - the scheduler fires when every sampling thread (a session that has made its first call) has a
   call queued, when ``max_batch`` rows are queued, or when the oldest call has waited
-  ``linger_s`` (a sampling thread busy elsewhere, encoding its next batch's prompts say, holds the
-  others back by at most that); a thread still encoding its first prompts is not waited for;
+  ``linger_s`` since it arrived or since the last network call ended, whichever is later (a
+  sampling thread busy elsewhere, encoding its next batch's prompts say, holds the others back
+  by at most that); a thread still encoding its first prompts is not waited for;
 - calls are merged only when their non-batch shapes agree (canvas length, REG on or off); a
   call of more than ``max_batch`` rows runs in chunks of ``max_batch``;
 - :meth:`BatchedNetwork.session` marks a sampling thread; its ``cancel`` event, once set, makes
@@ -105,6 +106,7 @@ class BatchedNetwork:
         self._local = threading.local()
         self._cond = threading.Condition()
         self._closed = False
+        self._free_since = 0.0  # when the last network call ended
         self._thread = threading.Thread(target=self._schedule, name="elfreg-batcher", daemon=True)
         self._thread.start()
 
@@ -181,7 +183,13 @@ class BatchedNetwork:
             return True
         if all(s.waiting for s in self._sessions if s.sampling):
             return True
-        return now - self._queue[0].queued_at >= self.linger_s
+        return now - self._waiting_since() >= self.linger_s
+
+    def _waiting_since(self) -> float:
+        """Since when the oldest queued call could have run: its arrival, or the end of the last
+        network call if that came later (a call that waited for a busy network has not lingered:
+        the threads that call just served need a moment to queue their next calls)."""
+        return max(self._queue[0].queued_at, self._free_since)
 
     def _take(self) -> list[_Call]:
         """The oldest call and, in order, every queued call of its shape that still fits."""
@@ -201,7 +209,7 @@ class BatchedNetwork:
             with self._cond:
                 while not self._closed and not self._ready(time.monotonic()):
                     timeout = None if not self._queue else max(
-                        0.0, self.linger_s - (time.monotonic() - self._queue[0].queued_at))
+                        0.0, self.linger_s - (time.monotonic() - self._waiting_since()))
                     self._cond.wait(timeout)
                 if self._closed:
                     for call in self._queue:
@@ -211,6 +219,8 @@ class BatchedNetwork:
                     return
                 calls = self._take()
             self._run(calls)
+            with self._cond:
+                self._free_since = time.monotonic()
 
     def _run(self, calls: list[_Call]) -> None:
         try:
