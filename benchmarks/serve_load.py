@@ -12,8 +12,9 @@ request (``--max-queue`` ≥ C); what differs is how requests share network call
 - ``continuous``: elfreg's scheduler: each call takes rows from every request in flight, wherever
   it is on its grid; a new request joins at the next call;
 - ``one-at-a-time``: requests run one after another (each on its own rows);
-- ``static``: requests wait until a full batch of min(C, max batch) is gathered and no batch is
-  running, then run together; none joins a running batch.
+- ``static``: requests wait until a full batch of min(C, max batch) is gathered (or every client
+  still sending is waiting) and no batch is running, then run together; none joins a running
+  batch.
 
 Reported per (mode, C): requests/s, answer tokens/s, p50/p99 latency (admission to answer, as
 the client sees it), and rows per network call. Texts are checked equal across modes.
@@ -46,30 +47,30 @@ MODES = ("continuous", "one-at-a-time", "static")
 
 
 class StaticGate:
-    """Static batching: requests are released in whole batches of ``size``, one batch at a time."""
+    """Static batching: requests are released in whole batches of ``size``, one batch at a time.
+    A batch is full at ``size`` requests, or when every client still sending is waiting (the last
+    requests of a run: no more can come)."""
 
-    def __init__(self, size: int, flush_s: float = 60.0):
-        self.size, self.flush_s = size, flush_s
+    def __init__(self, size: int, clients: int):
+        self.size, self.clients = size, clients
         self.cond = threading.Condition()
         self.waiting = 0
         self.running = 0
-        self.released = 0  # tickets released for the current batch
+        self.released = 0  # tickets left of the batch being released
 
     def __enter__(self) -> None:
         with self.cond:
             self.waiting += 1
             self.cond.notify_all()
-            start = time.monotonic()
             while True:
-                if self.released:  # a slot of the batch being released
+                if self.released:  # a place in the batch being released
                     self.released -= 1
                     break
-                full = self.waiting >= self.size or time.monotonic() - start > self.flush_s
-                if self.running == 0 and full:
-                    self.released = min(self.size, self.waiting) - 1
-                    self.running = min(self.size, self.waiting)
+                if self.running == 0 and self.waiting >= min(self.size, self.clients):
+                    batch = min(self.size, self.waiting)
+                    self.released, self.running = batch - 1, batch
                     break
-                self.cond.wait(0.05)
+                self.cond.wait()
             self.waiting -= 1
 
     def __exit__(self, *exc: object) -> None:
@@ -77,10 +78,17 @@ class StaticGate:
             self.running -= 1
             self.cond.notify_all()
 
+    def client_done(self) -> None:
+        with self.cond:
+            self.clients -= 1
+            self.cond.notify_all()
 
-def serve(model: Any, mode: str, clients: int, max_batch: int) -> tuple[Server, uvicorn.Server, threading.Thread]:
+
+def serve(model: Any, mode: str, clients: int, max_batch: int
+          ) -> tuple[Server, uvicorn.Server, threading.Thread, StaticGate | None]:
     server = Server(model, ServeSettings(max_batch=max_batch, max_queue=max(64, clients), model_name="bench"))
     run = server.run
+    gate = None
     if mode == "one-at-a-time":
         lock = threading.Lock()
 
@@ -89,7 +97,7 @@ def serve(model: Any, mode: str, clients: int, max_batch: int) -> tuple[Server, 
                 return run(*args)
         server.run = one_at_a_time
     elif mode == "static":
-        gate = StaticGate(min(clients, max_batch))
+        gate = StaticGate(min(clients, max_batch), clients)
 
         def static(*args: Any) -> Any:
             with gate:
@@ -100,11 +108,11 @@ def serve(model: Any, mode: str, clients: int, max_batch: int) -> tuple[Server, 
     thread.start()
     while not web.started:
         time.sleep(0.01)
-    return server, web, thread
+    return server, web, thread, gate
 
 
 def load_run(model: Any, mode: str, clients: int, prompts: list[str], args: argparse.Namespace) -> dict[str, Any]:
-    server, web, thread = serve(model, mode, clients, args.max_batch)
+    server, web, thread, gate = serve(model, mode, clients, args.max_batch)
     url = f"http://127.0.0.1:{web.servers[0].sockets[0].getsockname()[1]}/v1"
     client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=3600)
     latencies: list[float] = []
@@ -125,6 +133,8 @@ def load_run(model: Any, mode: str, clients: int, prompts: list[str], args: argp
                 latencies.append(time.monotonic() - t0)
                 tokens += out.usage.completion_tokens
                 texts[rid] = out.choices[0].text
+        if gate is not None:
+            gate.client_done()
 
     calls0, rows0 = server.batcher.stats.calls, server.batcher.stats.rows
     t0 = time.monotonic()
