@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -78,6 +77,12 @@ class AnalysisError(ValueError):
     """A one-line reason the analysis cannot run (bad input, a used folder)."""
 
 
+class AnalysisStopped(RuntimeError):
+    """SIGINT or SIGTERM stopped the analysis after a batch; the rows done are kept."""
+
+    exit_status = 130
+
+
 def _split_task(args: argparse.Namespace, trained: Config, name: str, folder: Path) -> Task:
     """The checkpoint's own data source at ``--split``, written to ``problems.jsonl`` as GSM8K rows."""
     loader = lookup(DATA_SOURCES, trained.data.source)
@@ -129,9 +134,8 @@ def run_trajectory(args: argparse.Namespace) -> int:
             raise AnalysisError(f"the task {name} has no problems to analyse")
         rows = _run(args, plan, sample, ckpt, task, problems, folder, lambda: stop.requested)
         if rows is None:
-            print(f"elfreg analyze: stopped by {stop.signal_name or 'a signal'}; the rows done are saved in "
-                  f"{folder / ROWS_NAME}; run the same command again to resume", file=sys.stderr)
-            return 130
+            raise AnalysisStopped(f"stopped by {stop.signal_name or 'a signal'}; the rows done are saved in "
+                                  f"{folder / ROWS_NAME}; run the same command again to resume")
         from ..sampling import load_checkpoint
         from .measure import head_lipschitz
 
