@@ -1,4 +1,5 @@
-"""Which code made a result: elfreg's version and, when it runs from a git checkout, the commit.
+"""Which code and which files made a result: elfreg's version and, when it runs from a git
+checkout, the commit; the SHA-256 of the files a result was read from (:func:`file_sha256`).
 
 Checkpoints (``meta.json``) and study rows carry it, so a number can be traced to the code that
 computed it instead of being dated by guesswork.
@@ -7,6 +8,8 @@ computed it instead of being dated by guesswork.
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
 import subprocess
 from pathlib import Path
 
@@ -36,3 +39,12 @@ def code_version() -> dict[str, str | bool | None]:
     process."""
     commit, dirty = git_state(Path(__file__).resolve().parent)
     return {"version": __version__, "commit": commit, "dirty": dirty}
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """SHA-256 of a file's bytes (read in 1 MiB blocks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -24,11 +24,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..provenance import file_sha256
 from ..runs import claimed
 from .predictions import Prediction, PredictionError, check_task_ids, parse_prediction_records, read_predictions
 from .reporting import EVAL_FOLDER, EvalReport, build_summary, format_table, progress_bar, write_outputs
 from .tasks import Task, get_task
-from .tasks.sources import file_sha256
 from .verdict import Verdict
 
 __all__ = ["EvalReport", "PredictionError", "Tally", "evaluate_predictions", "reason_kind", "score_predictions",

@@ -20,7 +20,6 @@ The result is an ordinary elfreg checkpoint folder (no teacher: ELF has none), w
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -37,6 +36,7 @@ from safetensors.torch import save_file
 from ..config import SAMPLING_PRESETS, Config, apply_override
 from ..model.presets import student_from_config
 from ..model.student import STUDENT_FORMAT, Student
+from ..provenance import file_sha256
 
 Weights = Literal["params", "ema"]
 PAYLOAD_KEYS = {"params": "params", "ema": "ema_params1"}
@@ -250,13 +250,6 @@ def imported_student(payload: dict[str, Any], weights: Weights, cfg: Config, siz
     return student.eval()
 
 
-def _sha256(file: Path) -> str:
-    digest = hashlib.sha256()
-    with open(file, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
 
 def import_elf(checkpoint: str | Path, elf_config: str | Path, out: str | Path, weights: Weights = "ema",
                overrides: list[str] | None = None, revision: str | None = None) -> tuple[Path, Student]:
@@ -276,7 +269,7 @@ def import_elf(checkpoint: str | Path, elf_config: str | Path, out: str | Path, 
     meta = {"student_format": STUDENT_FORMAT, "step": step, "enc_dim": sizes.enc_dim, "vocab_size": sizes.vocab,
             "teacher_dim": None, "imported_from": {
                 "format": "ELF (pytorch_elf)", "checkpoint": str(checkpoint), "file": file.name,
-                "sha256": _sha256(file), "weights": weights, "epoch": payload.get("epoch"),
+                "sha256": file_sha256(file), "weights": weights, "epoch": payload.get("epoch"),
                 "elf_config": str(elf_config), "revision": revision}}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".tmp-{out.name}-"))

@@ -21,22 +21,14 @@ Contract:
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..config import SampleConfig
+from ..provenance import file_sha256
 from ..sampling import GenerationResult, SamplingModels, generate, load_checkpoint
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def resolve_source(path_or_hub_id: str | os.PathLike, revision: str | None = None) -> tuple[Path, dict[str, Any]]:
@@ -57,7 +49,7 @@ def resolve_source(path_or_hub_id: str | os.PathLike, revision: str | None = Non
 
     folder = Path(snapshot_download(repo_id=name, revision=revision))
     commit = folder.name  # the cache keeps each snapshot under the commit it resolved to
-    files = {str(p.relative_to(folder)): _sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+    files = {str(p.relative_to(folder)): file_sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}
     return folder, {"kind": "hub", "repo_id": name, "revision": revision, "commit": commit, "files": files}
 
 

