@@ -4,6 +4,7 @@ exactly its own rows, never more than max_batch rows a call, cancellation before
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -72,9 +73,50 @@ def test_concurrent_callers_share_calls_and_get_exactly_their_rows():
         for x_hat, reg_hat in out[k]:
             torch.testing.assert_close(x_hat, 2 * z + (t * w)[:, None, None], rtol=0, atol=0)
             torch.testing.assert_close(reg_hat, r + 1, rtol=0, atol=0)
-    # 12 calls of 4 callers (30 rows) in far fewer network calls: each call takes the rows of every
-    # caller then waiting, at whatever step each is (a caller whose first call came alone stays a step ahead)
-    assert sum(stub.calls) == 30 and net.stats.merged_calls == 12 and len(stub.calls) <= 6
+    assert sum(stub.calls) == 30 and net.stats.merged_calls == 12 and len(stub.calls) <= 12
+
+
+class GatedStub(RowStub):
+    """A RowStub whose first call holds the network until ``release`` is set."""
+
+    def __init__(self):
+        super().__init__()
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def denoise(self, *args):
+        if not self.entered.is_set():
+            self.entered.set()
+            self.release.wait(30)
+        return super().denoise(*args)
+
+
+def test_calls_queued_while_the_network_is_busy_run_as_one_call():
+    stub = GatedStub()
+    net = BatchedNetwork(stub, max_batch=16, linger_s=5.0)
+    out: dict[int, tuple] = {}
+
+    def one_call(k: int, rows: int) -> None:
+        with net.session():
+            out[k] = net.denoise(*_inputs(rows, k))
+
+    first = threading.Thread(target=one_call, args=(0, 1))
+    first.start()
+    assert stub.entered.wait(30)  # the network is busy with the first caller's row
+    rest = [threading.Thread(target=one_call, args=(k, k + 1)) for k in (1, 2, 3)]
+    for t in rest:
+        t.start()
+    deadline = time.monotonic() + 30
+    while net.queued_calls < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stub.release.set()
+    for t in [first, *rest]:
+        t.join(30)
+    net.close()
+    # the three calls that queued meanwhile share one network call (2 + 3 + 4 rows), each exact
+    assert stub.calls == [1, 9]
+    for k in range(4):
+        z, _, t, w, _, r, _ = _inputs(k + 1, k)
+        torch.testing.assert_close(out[k][0], 2 * z + (t * w)[:, None, None], rtol=0, atol=0)
 
 
 def test_no_call_exceeds_max_batch_and_shapes_that_differ_are_not_merged():
