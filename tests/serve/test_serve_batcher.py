@@ -73,7 +73,7 @@ def test_concurrent_callers_share_calls_and_get_exactly_their_rows():
         for x_hat, reg_hat in out[k]:
             torch.testing.assert_close(x_hat, 2 * z + (t * w)[:, None, None], rtol=0, atol=0)
             torch.testing.assert_close(reg_hat, r + 1, rtol=0, atol=0)
-    assert sum(stub.calls) == 30 and net.stats.merged_calls == 12 and len(stub.calls) <= 12
+    assert sum(stub.calls) == 30 and net.stats.merged_calls == 12
 
 
 class GatedStub(RowStub):

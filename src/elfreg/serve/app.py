@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import threading
 import time
 import uuid
@@ -119,8 +120,8 @@ class Server:
         try:
             sample = self.model.settings_with(**req.sample_changes())
         except ConfigError as err:
-            key = str(err).split(":")[1].strip().removeprefix("sample.").split()[0] if ":" in str(err) else None
-            raise BadRequest(str(err).removeprefix("config error: "), key) from None
+            key = re.match(r"config error: sample\.(\w+):", str(err))  # the field SampleConfig names
+            raise BadRequest(str(err).removeprefix("config error: "), key and key.group(1)) from None
         if sample.nfe * sample.rho > MAX_GRID_POINTS:
             raise BadRequest(f"nfe: nfe × rho = {sample.nfe * sample.rho} grid points; this server allows at most "
                              f"{MAX_GRID_POINTS}", "nfe")

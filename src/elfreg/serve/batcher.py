@@ -72,7 +72,6 @@ class BatchStats:
     calls: int = 0  # network calls made
     rows: int = 0  # rows over all calls
     merged_calls: int = 0  # sampler calls served (each a thread's call)
-    last_rows: int = 0
 
 
 def _shape_key(kind: str, args: tuple[Any, ...]) -> tuple:
@@ -249,7 +248,6 @@ class BatchedNetwork:
             rows = part[0].shape[0]
             self.stats.calls += 1
             self.stats.rows += rows
-            self.stats.last_rows = rows
             if self.on_call is not None:
                 self.on_call(rows)
         self.stats.merged_calls += len(calls)

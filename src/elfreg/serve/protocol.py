@@ -30,8 +30,8 @@ _SAMPLE_FIELDS = {f.name for f in dataclasses.fields(SampleConfig)}
 
 def _sample_field_types() -> dict[str, Any]:
     hints = typing.get_type_hints(SampleConfig, vars(_settings))
-    return {name: (hints[name] | None, Field(default=None, description=f.metadata.get("help")))
-            for name, f in ((f.name, f) for f in dataclasses.fields(SampleConfig))}
+    return {f.name: (hints[f.name] | None, Field(default=None, description=f.metadata.get("help")))
+            for f in dataclasses.fields(SampleConfig)}
 
 
 def _text(value: str, field: str) -> str:
@@ -52,7 +52,7 @@ class BadRequest(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=False)
+    model_config = ConfigDict(extra="forbid")
 
 
 _SamplerFields = create_model("SamplerFields", __base__=_Strict, **_sample_field_types())
