@@ -140,3 +140,25 @@ def test_extract_final() -> None:
     assert A.final_answer("no marker, 3 + 4 = 8") == "8"
     assert A.final_answer("nothing") is None
     assert A.is_correct("#### 007", {"final": "7"}) and not A.is_correct("#### 8", {"final": "7"})
+
+
+def test_error_kind_names_what_went_wrong() -> None:
+    problem = A.make_level1(17, "+", 5, random.Random(0))
+    gold = problem["answer"]
+    assert problem["key"] == "5+17" and A.error_kind(gold, problem) is None
+    cases = {
+        "They have 17 + 5 = 23 now.\n#### 23": "off by one",
+        "They have 5 + 17 = 12 now.\n#### 12": "off by ten",
+        "They have 17 + 6 = 23 now.\n#### 23": "wrong operands",
+        "They have 17 - 5 = 12 now.\n#### 12": "wrong operands",
+        "They have nothing.": "no answer",
+        "They have 17 + 5 = 22 now.\n#### 40": "final disagrees",
+        "They have 17 + 5 = 30 now.\n#### 30": "other",
+    }
+    for text, kind in cases.items():
+        assert A.error_kind(text, problem) == kind, text
+    # a subtraction's operands keep their order
+    minus = A.make_level1(17, "-", 5, random.Random(0))
+    assert A.error_kind("So 5 - 17 = 13.\n#### 13", minus) == "wrong operands"
+    assert A.error_kind("So 17 - 5 = 13.\n#### 13", minus) == "off by one"
+    assert A.ERROR_KINDS[-1] == "other" and len(set(A.ERROR_KINDS)) == len(A.ERROR_KINDS)

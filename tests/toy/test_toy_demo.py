@@ -11,7 +11,8 @@ import torch
 from elfreg.cli import main
 from elfreg.config import Config, ConfigError
 from elfreg.device import resolve_precision
-from elfreg.toy.demo import DEMO, demo_config, token_match, variant_config
+from elfreg.toy import arith
+from elfreg.toy.demo import DEMO, demo_config, error_shares, token_match, variant_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -20,6 +21,12 @@ def test_token_match_counts_gold_positions():
     assert token_match([5, 6, 7, 0], [5, 6, 7, 0]) == 1.0
     assert token_match([5, 9], [5, 6, 7, 0]) == 0.25
     assert token_match([], [5, 0]) == 0.0
+
+
+def test_error_shares_are_shares_of_the_wrong_answers():
+    assert error_shares([None, "off by one", "off by one", "other", None]) == {"off by one": 2 / 3, "other": 1 / 3}
+    assert error_shares([None, None]) == {}
+    assert list(error_shares(["other", "no answer"])) == ["no answer", "other"]  # in ERROR_KINDS order
 
 
 def test_demo_variants_differ_only_in_the_training_signals(tmp_path):
@@ -87,6 +94,16 @@ def test_demo_quick_end_to_end(tmp_path, monkeypatch):
         # pass@1 ± the sample std (n − 1) over the two sampling seeds
         a, b = r["per_seed"]
         assert r["mean"] == pytest.approx((a + b) / 2) and r["std"] == pytest.approx(abs(a - b) / math.sqrt(2))
+    # the seen combinations: as many training-split problems as held-out ones (48), one seed; the
+    # kinds of wrong answers are shares of the wrong ones
+    seen = model["seen"]
+    assert len(seen["per_seed"]) == 1 and 0 <= seen["mean"] <= 1
+    assert (seen["sampler"], seen["nfe"]) == ("early-stop", 16)
+    for r in rows + [seen]:
+        assert set(r["errors"]) <= set(arith.ERROR_KINDS)
+        assert sum(r["errors"].values()) == pytest.approx(1.0) if r["mean"] < 1 else r["errors"] == {}
+    table = (out / "table.txt").read_text()
+    assert f"seen combinations (training problems, early-stop 16 NFE, seed 0): {100 * seen['mean']:.1f}%" in table
     assert math.isfinite(report["baselines"]["teacher_greedy"]["pass@1"])
     assert report["precision"]["resolved"] == resolve_precision("cpu") and report["precision"]["device"] == "cpu"
     assert (out / "table.txt").read_text().startswith(f"precision: {report['precision']['resolved']} on cpu (")

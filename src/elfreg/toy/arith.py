@@ -314,6 +314,32 @@ def is_correct(text: str, problem: dict) -> bool:
     return numbers_equal(final_answer(text), problem["final"])
 
 
+ERROR_KINDS = ("no answer", "wrong operands", "off by one", "off by ten", "final disagrees", "other")
+"""What went wrong in a wrong answer of a one-step problem, in the order :func:`error_kind` tests."""
+
+
+def error_kind(text: str, problem: dict) -> str | None:
+    """None if ``text`` answers ``problem`` (level 1) correctly, else the first of
+    :data:`ERROR_KINDS` that fits: no final number; the rationale's equation does not restate the
+    problem's operation; the final answer is 1 or 10 away from the gold one (a units or a tens
+    digit one step off, the usual slip of a student that computes on a number line); the
+    equation's result is right but the ``#### N`` line says another number; anything else."""
+    if is_correct(text, problem):
+        return None
+    final = final_answer(text)
+    if final is None:
+        return "no answer"
+    equation = _EQ_RE.search(text)
+    if equation is None or key_of([(int(equation[1]), equation[2], int(equation[3]))]) != problem["key"]:
+        return "wrong operands"
+    miss = abs(float(final) - float(problem["final"]))
+    if miss in (1, 10):
+        return "off by one" if miss == 1 else "off by ten"
+    if numbers_equal(equation[4], problem["final"]):
+        return "final disagrees"
+    return "other"
+
+
 def verify_example(ex: dict) -> list[str]:
     """Independent re-check of an example; returns a list of problems (empty when correct).
 

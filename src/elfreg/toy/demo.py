@@ -74,8 +74,10 @@ QUICK = {
               "ckpt_every": 50},
     "eval": {"samples": 2, "nfes": [4, 16], "limit": 48, "curve_points": 2},
 }
-# What the untrained student and the learning curve are measured with.
+# What the untrained student, the learning curve and the seen combinations are measured with.
 CURVE_SAMPLER = SampleConfig(sampler="early-stop", nfe=16)
+SEEN_COUNT = 128
+"""Training-split problems scored beside the held-out ones (at most as many as those)."""
 
 
 def eval_batch_size(device: torch.device) -> int:
@@ -142,9 +144,28 @@ def evaluate(student, frozen: FrozenText, problems: list[dict], cfg: Config, sam
         verdicts[str(r.prompt_index)].append(arith.is_correct(r.text, problems[r.prompt_index]))
     stats = summarize(verdicts)
     matches = [token_match(r.tokens + [tok.eos_token_id], gold[r.prompt_index]) for r in results]
-    return {"sampler": sample.sampler, "nfe": sample.nfe, "per_seed": stats["per_seed"], "mean": stats["pass@1"],
-            "std": stats["pass@1_std"], "token_match": statistics.fmean(matches),
-            "nfe_used": statistics.fmean(r.nfe for r in results)}
+    row = {"sampler": sample.sampler, "nfe": sample.nfe, "per_seed": stats["per_seed"], "mean": stats["pass@1"],
+           "std": stats["pass@1_std"], "token_match": statistics.fmean(matches),
+           "nfe_used": statistics.fmean(r.nfe for r in results)}
+    if all(p["level"] == 1 for p in problems):
+        row["errors"] = error_shares([arith.error_kind(r.text, problems[r.prompt_index]) for r in results])
+    return row
+
+
+def error_shares(kinds: list[str | None]) -> dict[str, float]:
+    """Share of the wrong answers (``None`` is a right one) of each kind of
+    :data:`elfreg.toy.arith.ERROR_KINDS` that occurs; empty when none is wrong."""
+    wrong = Counter(k for k in kinds if k is not None)
+    total = sum(wrong.values())
+    return {k: wrong[k] / total for k in arith.ERROR_KINDS if wrong[k]}
+
+
+def seen_problems(cfg: Config, count: int) -> list[dict]:
+    """``count`` problems of the training split at the demo's level (fixed wordings, seed 0): the
+    number combinations the student trained on. Scoring them beside the held-out ones separates
+    a student that has not learnt its training data from one that does not carry it over."""
+    return arith.sample("train", cfg.data.toy_level, count, seed=0,
+                        cfg=arith.ArithConfig(max_number=cfg.data.toy_max_number))
 
 
 def train_variant(cfg: Config, problems: list[dict]) -> list[dict]:
@@ -219,14 +240,16 @@ def _run_demo(cfg: Config, out_dir: Path, compare: bool, progress: bool) -> dict
         rows = [evaluate(student, frozen, problems, vcfg, s, cfg.eval.samples, progress)
                 for s in cfg.eval.grid(cfg.sample)]
         eval_seconds = time.perf_counter() - t_eval
+        curve_sample = cfg.sample.replace(sampler=CURVE_SAMPLER.sampler, nfe=CURVE_SAMPLER.nfe)
         torch.manual_seed(0)
         untrained = student_from_config(vcfg, student.enc_dim, student.vocab_size, student.teacher_dim).eval()
         report["models"][variant] = {
             "config": vcfg.to_dict(), "checkpoint": str(ckpt.path),
             "train_seconds": curve[-1]["train_seconds"] if curve else 0.0, "eval_seconds": eval_seconds,
             "results": rows,
-            "untrained": evaluate(untrained, frozen, problems, vcfg, cfg.sample.replace(
-                sampler=CURVE_SAMPLER.sampler, nfe=CURVE_SAMPLER.nfe), cfg.eval.samples, progress),
+            "untrained": evaluate(untrained, frozen, problems, vcfg, curve_sample, cfg.eval.samples, progress),
+            "seen": evaluate(student, frozen, seen_problems(cfg, min(len(problems), SEEN_COUNT)), vcfg, curve_sample,
+                             1, progress=False),
             "accuracy_curve": [p for p in curve if "pass@1" in p],
             "learning_curve": read_jsonl(Path(vcfg.train.out_dir) / "metrics.jsonl", missing_ok=True)}
     report["total_seconds"] = time.perf_counter() - t0

@@ -35,6 +35,14 @@ def format_table(report: dict) -> str:
         lines.append(f"  {'sampler':<11} " + " ".join(f"{'NFE ' + str(n):>14}" for n in nfes))
         for sampler in dict.fromkeys(r["sampler"] for r in m["results"]):
             lines.append(f"  {sampler:<11} " + " ".join(f"{cell.get((sampler, n), '-'):>14}" for n in nfes))
+        if "seen" in m:
+            seen = m["seen"]
+            lines.append(f"  seen combinations (training problems, {seen['sampler']} {seen['nfe']} NFE, seed 0): "
+                         f"{100 * seen['mean']:.1f}%")
+        last = m["results"][-1]
+        if last.get("errors"):
+            kinds = ", ".join(f"{kind} {100 * share:.0f}%" for kind, share in last["errors"].items())
+            lines.append(f"  wrong answers at {last['sampler']} {last['nfe']} NFE: {kinds}")
         if m["accuracy_curve"]:
             points = ", ".join(f"{p['step']}: {100 * p['pass@1']:.0f}%" for p in m["accuracy_curve"])
             lines.append(f"  learning curve (step: pass@1, early-stop 16 NFE, seed 0): {points}")
