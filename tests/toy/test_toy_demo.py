@@ -97,7 +97,7 @@ def test_demo_quick_end_to_end(tmp_path, monkeypatch):
     # the seen combinations: as many training-split problems as held-out ones (48), one seed; the
     # kinds of wrong answers are shares of the wrong ones
     seen = model["seen"]
-    assert len(seen["per_seed"]) == 1 and 0 <= seen["mean"] <= 1
+    assert len(seen["per_seed"]) == 1 and 0 <= seen["mean"] <= 1 and seen["problems"] == 48
     assert (seen["sampler"], seen["nfe"]) == ("early-stop", 16)
     for r in rows + [seen]:
         assert set(r["errors"]) <= set(arith.ERROR_KINDS)

@@ -81,6 +81,11 @@ SEEN_COUNT = 128
 """Training-split problems scored beside the held-out ones (at most as many as those)."""
 
 
+def curve_sample(cfg: Config) -> SampleConfig:
+    """The run's sampler settings with :data:`CURVE_SAMPLER`'s sampler and NFE."""
+    return cfg.sample.replace(sampler=CURVE_SAMPLER.sampler, nfe=CURVE_SAMPLER.nfe)
+
+
 def eval_batch_size(device: torch.device) -> int:
     """Rows per sampling batch of a toy evaluation. On a CPU, calls of more than about 32 rows
     run slower per row (their activations leave the caches: a level-2 denoise call took 1.9× as
@@ -145,7 +150,8 @@ def evaluate(student, frozen: FrozenText, problems: list[dict], cfg: Config, sam
         verdicts[str(r.prompt_index)].append(arith.is_correct(r.text, problems[r.prompt_index]))
     stats = summarize(verdicts)
     matches = [token_match(r.tokens + [tok.eos_token_id], gold[r.prompt_index]) for r in results]
-    row = {"sampler": sample.sampler, "nfe": sample.nfe, "per_seed": stats["per_seed"], "mean": stats["pass@1"],
+    row = {"sampler": sample.sampler, "nfe": sample.nfe, "problems": len(problems), "per_seed": stats["per_seed"],
+           "mean": stats["pass@1"],
            "std": stats["pass@1_std"], "token_match": statistics.fmean(matches),
            "nfe_used": statistics.fmean(r.nfe for r in results)}
     if all(p["level"] == 1 for p in problems):
@@ -190,8 +196,7 @@ def train_variant(cfg: Config, problems: list[dict]) -> list[dict]:
         if points:
             frozen = load_frozen_text(cfg.text, with_teacher=False)
             student = open_checkpoint(run_dir).load_student(use_ema=True)
-            sample = cfg.sample.replace(sampler=CURVE_SAMPLER.sampler, nfe=CURVE_SAMPLER.nfe)
-            point["pass@1"] = evaluate(student, frozen, problems, cfg, sample, 1, progress=False)["mean"]
+            point["pass@1"] = evaluate(student, frozen, problems, cfg, curve_sample(cfg), 1, progress=False)["mean"]
         append_jsonl(curve_path, point)
     return read_jsonl(curve_path, missing_ok=True)
 
@@ -241,16 +246,15 @@ def _run_demo(cfg: Config, out_dir: Path, compare: bool, progress: bool) -> dict
         rows = [evaluate(student, frozen, problems, vcfg, s, cfg.eval.samples, progress)
                 for s in cfg.eval.grid(cfg.sample)]
         eval_seconds = time.perf_counter() - t_eval
-        curve_sample = cfg.sample.replace(sampler=CURVE_SAMPLER.sampler, nfe=CURVE_SAMPLER.nfe)
         torch.manual_seed(0)
         untrained = student_from_config(vcfg, student.enc_dim, student.vocab_size, student.teacher_dim).eval()
         report["models"][variant] = {
             "config": vcfg.to_dict(), "checkpoint": str(ckpt.path),
             "train_seconds": curve[-1]["train_seconds"] if curve else 0.0, "eval_seconds": eval_seconds,
             "results": rows,
-            "untrained": evaluate(untrained, frozen, problems, vcfg, curve_sample, cfg.eval.samples, progress),
-            "seen": evaluate(student, frozen, seen_problems(cfg, min(len(problems), SEEN_COUNT)), vcfg, curve_sample,
-                             1, progress=False),
+            "untrained": evaluate(untrained, frozen, problems, vcfg, curve_sample(cfg), cfg.eval.samples, progress),
+            "seen": evaluate(student, frozen, seen_problems(cfg, min(len(problems), SEEN_COUNT)), vcfg,
+                             curve_sample(cfg), 1, progress=False),
             "accuracy_curve": [p for p in curve if "pass@1" in p],
             "learning_curve": read_jsonl(Path(vcfg.train.out_dir) / "metrics.jsonl", missing_ok=True)}
     report["total_seconds"] = time.perf_counter() - t0
