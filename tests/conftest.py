@@ -3,8 +3,10 @@ disk, loaded through the same ``from_pretrained`` path as hub models. Nothing is
 
 from __future__ import annotations
 
+import getpass
 import os
 import string
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,12 @@ from elfreg.config import Config
 # The project's checksummed benchmark copies lie beside the checkout (and beside CI's clone); a
 # variable set by the caller wins. Tests that need a file skip, naming it, where it is absent.
 os.environ.setdefault("ELFREG_DATA_DIR", str(Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+# Inductor's on-disk kernels do not record which CPU capability they were built for: a suite run
+# with the kernels held to AVX2 (ATEN_CPU_CAPABILITY=avx2) after one with AVX-512 reused the
+# AVX-512 kernels and the compiled network returned values near 1e35. One cache per capability.
+_CAPABILITY = torch.backends.cpu.get_cpu_capability().lower()
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR",
+                      str(Path(tempfile.gettempdir()) / f"elfreg-tests-inductor-{getpass.getuser()}-{_CAPABILITY}"))
 
 CHARS = list(string.ascii_letters + string.digits + " .,?+-=#\n")
 SPECIALS = ["<eos>"]

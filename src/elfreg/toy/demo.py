@@ -43,6 +43,7 @@ from elfreg.toy import arith
 from elfreg.toy.lm import greedy_accuracy
 from elfreg.toy.registry import as_example, toy_examples
 from elfreg.toy.report import format_table, write_outputs
+from elfreg.toy.seeds import format_spread, parse_seeds, run_seeds
 from elfreg.train.loop import train
 
 # The default recipe (docs/demo.md and docs/records/2026-12-04-toy-recipe.md): a 128-wide,
@@ -264,10 +265,24 @@ def _run_demo(cfg: Config, out_dir: Path, compare: bool, progress: bool) -> dict
 
 def run(args: argparse.Namespace) -> int:
     cfg = demo_config(args.quick, args.config, args.override)
+    if args.seeds:
+        if any(item.startswith("train.seed=") for item in args.override):
+            raise ValueError("--seeds and a train.seed= override both set the training seed: give one")
+        summary = run_seeds(cfg, args.out, args.seeds, compare=args.compare, progress=not args.no_progress)
+        print(format_spread(summary["rows"]))
+        print(f"\nwrote {', '.join(summary['outputs'])} and one demo folder per seed")
+        return 0
     report = run_demo(cfg, args.out, compare=args.compare, progress=not args.no_progress)
     print(format_table(report))
     print(f"\nwrote {', '.join(report['outputs'])} ({report['total_seconds']:.0f} s)")
     return 0
+
+
+def _seed_list(text: str) -> list[int]:
+    try:
+        return parse_seeds(text)
+    except ValueError as err:  # argparse would print only "invalid value"
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--seeds: ")) from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -277,6 +292,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--config", help="a run config with an eval section (e.g. configs/toy-study-level1.yaml)")
     p.add_argument("--compare", action="store_true", help="also train the plain ELF baseline on the same budget")
     p.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
+    p.add_argument("--seeds", type=_seed_list, metavar="LIST",
+                   help="training seeds, e.g. 1-5 or 1,3,7: train once per seed into OUT/seed-S and write "
+                        "the runs' spread and learning curves together (seeds.txt, seeds.json, seed_curves.png)")
     add_progress_flag(p)
     p.add_argument("override", nargs="*", help="key.sub=value overrides, e.g. train.steps=600 eval.samples=1")
     p.set_defaults(func=run)

@@ -111,3 +111,37 @@ def plot_learning_curves(report: dict, path: Path) -> None:
         curve = m["accuracy_curve"]
         ax.plot([p["step"] for p in curve], [100 * p["pass@1"] for p in curve], "-o", ms=3, label=variant)
     _finish(plt, fig, ax, report, "training step", path)
+
+
+def plot_seed_curves(curves: dict[str, dict[int, dict]], path: Path) -> None:
+    """The learning curves of several training seeds together (``curves[model][seed]`` as
+    :func:`elfreg.toy.seeds.seed_curves` gives): one panel per loss term against step (log
+    scale), and held-out pass@1 against step when any run measured it; colour is the seed, line
+    style the model."""
+    plt = _pyplot()
+    first = next(iter(next(iter(curves.values())).values()))
+    losses = [k for k in first if k not in ("step", "accuracy")]
+    with_accuracy = any(c["accuracy"] for runs in curves.values() for c in runs.values())
+    panels = len(losses) + with_accuracy
+    fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.6), squeeze=False)
+    for m, (variant, runs) in enumerate(curves.items()):
+        style = ("-", "--", ":", "-.")[m % 4]
+        for k, (seed, c) in enumerate(runs.items()):
+            label = f"{variant} seed {seed}" if len(curves) > 1 else f"seed {seed}"
+            for ax, loss in zip(axes[0][:len(losses)], losses, strict=True):
+                ax.plot(c["step"], c[loss], style, color=f"C{k}", lw=1, label=label)
+            if with_accuracy and c["accuracy"]:
+                axes[0][-1].plot([step for step, _ in c["accuracy"]], [100 * v for _, v in c["accuracy"]],
+                                 style + "o", color=f"C{k}", ms=3, label=label)
+    for ax, loss in zip(axes[0][:len(losses)], losses, strict=True):
+        ax.set_yscale("log")
+        ax.set_title(f"{loss} loss", fontsize=9)
+        ax.set_xlabel("training step")
+    if with_accuracy:
+        axes[0][-1].set_title("held-out pass@1 (%), early-stop 16 NFE", fontsize=9)
+        axes[0][-1].set_xlabel("training step")
+        axes[0][-1].set_ylim(0, 100)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
