@@ -8,6 +8,7 @@ import pytest
 from elfreg.cli import main
 from elfreg.toy import seeds as seeds_module
 from elfreg.toy.demo import demo_config
+from elfreg.toy.report import plot_seed_curves
 from elfreg.toy.seeds import format_spread, parse_seeds, seed_config, seed_curves, spread
 
 
@@ -75,6 +76,17 @@ def test_run_seeds_trains_each_seed_into_its_own_folder(tmp_path, monkeypatch):
     assert (out / "seeds.txt").read_text().startswith("model")
     with pytest.raises(ValueError, match="distinct"):
         seeds_module.run_seeds(demo_config(quick=True), out, [1, 1])
+
+
+def test_the_seed_figure_has_a_panel_per_loss_and_one_for_accuracy_when_measured(tmp_path):
+    reports = {1: fake_report({("early-stop", 16): 0.8}), 2: fake_report({("early-stop", 16): 0.7})}
+    titles = plot_seed_curves({"elf-reg": seed_curves(reports, "elf-reg")}, tmp_path / "a.png")
+    assert titles == ["denoise loss", "decode loss", "held-out pass@1 (%), early-stop 16 NFE"]
+    for report in reports.values():
+        report["models"]["elf-reg"]["accuracy_curve"] = []
+    assert plot_seed_curves({"elf-reg": seed_curves(reports, "elf-reg")}, tmp_path / "b.png") == [
+        "denoise loss", "decode loss"]
+    assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_seed_lists_read_ranges_and_refuse_what_is_not_a_list_of_seeds():

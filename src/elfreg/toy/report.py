@@ -113,11 +113,11 @@ def plot_learning_curves(report: dict, path: Path) -> None:
     _finish(plt, fig, ax, report, "training step", path)
 
 
-def plot_seed_curves(curves: dict[str, dict[int, dict]], path: Path) -> None:
+def plot_seed_curves(curves: dict[str, dict[int, dict]], path: Path) -> list[str]:
     """The learning curves of several training seeds together (``curves[model][seed]`` as
     :func:`elfreg.toy.seeds.seed_curves` gives): one panel per loss term against step (log
     scale), and held-out pass@1 against step when any run measured it; colour is the seed, line
-    style the model."""
+    style the model. Returns the panels' titles."""
     plt = _pyplot()
     first = next(iter(next(iter(curves.values())).values()))
     losses = [k for k in first if k not in ("step", "accuracy")]
@@ -142,6 +142,8 @@ def plot_seed_curves(curves: dict[str, dict[int, dict]], path: Path) -> None:
         axes[0][-1].set_xlabel("training step")
         axes[0][-1].set_ylim(0, 100)
     axes[0][0].legend(fontsize=7)
+    titles = [ax.get_title() for ax in axes[0]]
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return titles

@@ -53,18 +53,16 @@ def spread(reports: dict[int, dict]) -> list[dict]:
     """One row per (model, sampler, NFE) of the runs' reports (keyed by training seed): each run's
     pass@1 (its mean over sampling seeds) and, over the runs, mean, sample std (0 for one run),
     min, max and span. Every report must hold the same cells: runs of one recipe measured alike."""
-    cells = None
-    for seed, report in reports.items():
-        keys = [(v, r["sampler"], r["nfe"]) for v, m in report["models"].items() for r in m["results"]]
-        if cells is None:
-            cells = keys
-        elif keys != cells:
+    scores = {seed: {(v, r["sampler"], r["nfe"]): r["mean"] for v, m in report["models"].items()
+                     for r in m["results"]} for seed, report in reports.items()}
+    cells = list(next(iter(scores.values()), {}))
+    for seed, cell_scores in scores.items():
+        if list(cell_scores) != cells:
             raise ValueError(f"training seed {seed} was measured on other cells than the first run: "
-                             f"{sorted(set(keys) ^ set(cells))}")
+                             f"{sorted(set(cell_scores) ^ set(cells))}")
     rows = []
-    for variant, sampler, nfe in cells or []:
-        per_seed = {seed: next(r["mean"] for r in report["models"][variant]["results"]
-                               if (r["sampler"], r["nfe"]) == (sampler, nfe)) for seed, report in reports.items()}
+    for variant, sampler, nfe in cells:
+        per_seed = {seed: cell_scores[(variant, sampler, nfe)] for seed, cell_scores in scores.items()}
         values = list(per_seed.values())
         rows.append({"model": variant, "sampler": sampler, "nfe": nfe, "per_seed": per_seed,
                      "mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
