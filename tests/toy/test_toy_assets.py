@@ -43,6 +43,9 @@ def test_build_layout_and_reuse(built, monkeypatch) -> None:
     assert settings["encoder"]["hidden_size"] == 64 and settings["teacher"]["hidden_size"] == 96
     report = assets.report
     assert report["encoder"]["steps"] == 40 and report["teacher"]["steps"] == 30
+    for name in ("encoder", "teacher"):  # the digit readout of every block's output (JSON keys)
+        readout = report[name]["digit_readout"]
+        assert set(readout) == {"1", "2"} and all(0.0 <= v <= 1.0 for v in readout.values())
 
     def no_training(*args, **kwargs):
         raise AssertionError("a cached build must not retrain")

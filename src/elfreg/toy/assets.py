@@ -3,7 +3,8 @@
 Layout of one build, under ``<cache>/toy_assets/<quick|full>-<hash>/``::
 
     settings.json      every setting that went into the build (the hash is taken over it)
-    report.json        vocabulary size, pretraining time / loss / size of each LM
+    report.json        vocabulary size, pretraining time / loss / size of each LM, and each LM's
+                       digit readout per layer (:mod:`elfreg.toy.readout`)
     tokenizer/         tokenizer.json + tokenizer_config.json
     encoder/           config.json + model.safetensors + tokenizer files (a hub-style folder)
     teacher/           idem
@@ -29,15 +30,19 @@ from elfreg.paths import cache_dir as default_cache_dir
 from elfreg.text.tokenizer import load_tokenizer
 from elfreg.toy.corpus import ToyTaskConfig, lm_text, train_examples
 from elfreg.toy.lm import ToyLMConfig, lm_loss, pretrain_lm
+from elfreg.toy.readout import digit_readout
 from elfreg.toy.tokenizer import DEFAULT_VOCAB_SIZE, save_tokenizer, train_tokenizer
 
-FORMAT_VERSION = 1
-"""Bump when the build procedure changes in a way that should invalidate old caches."""
+FORMAT_VERSION = 2
+"""Bump when the build procedure changes in a way that should invalidate old caches
+(2: the report holds each LM's digit readout)."""
 
 DEFAULT_ENCODER = ToyLMConfig(hidden_size=128, num_layers=3, num_heads=4, num_kv_heads=2,
                               intermediate_size=384, steps=1600, batch_size=16, lr=3e-3,
-                              prompt_loss_weight=0.1)
-"""About 0.7M parameters; ~1.5-2 min on 2 unloaded CPU cores (fp32)."""
+                              prompt_loss_weight=0.1, tie_embeddings=False)
+"""About 0.8M parameters; ~1.5-2 min on 2 unloaded CPU cores (fp32). Untied embeddings: the
+student reads layer 2, which tied builds kept the current token in by the luck of the seed
+(``ToyLMConfig.tie_embeddings``)."""
 DEFAULT_TEACHER = ToyLMConfig(hidden_size=192, num_layers=2, num_heads=6, num_kv_heads=2,
                               intermediate_size=512, steps=2000, batch_size=16, lr=3e-3,
                               prompt_loss_weight=0.1, seed=1)
@@ -173,5 +178,6 @@ def _build_into(root: Path, settings: dict, task_config: ToyTaskConfig, encoder:
                                     num_threads=num_threads)
         model.save_pretrained(root / name)
         save_tokenizer(tokenizer, root / name)
-        report[name] = {**stats.__dict__, "train_loss_eval": round(lm_loss(model, tokenizer, texts[:64]), 4)}
+        report[name] = {**stats.__dict__, "train_loss_eval": round(lm_loss(model, tokenizer, texts[:64]), 4),
+                        "digit_readout": digit_readout(model, tokenizer)}
     (root / "report.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -61,6 +61,12 @@ class ToyLMConfig:
     precision: str = "auto"
     """``auto``, ``bf16`` or ``fp32``, as :func:`elfreg.device.resolve_precision` reads them; the
     toy-asset cache key holds the resolved value."""
+    tie_embeddings: bool = True
+    """Share the input embedding with the output head (as Qwen3-0.6B and 1.7B do). Tied, a
+    128-wide LM must turn each token's embedding into the next token's along its depth, and
+    some builds lose the current token on the way: the toy encoder's layer-2 digit readout
+    (:mod:`elfreg.toy.readout`) for seeds 0 / 1 / 2 was 48 / 36 / 48 % tied and 75 / 72 / 45 %
+    untied (docs/records/2026-12-04-toy-recipe.md)."""
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_heads:
@@ -101,7 +107,7 @@ def qwen3_config(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase) -> Qwen3C
         vocab_size=vocab, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
         num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_kv_heads, head_dim=cfg.hidden_size // cfg.num_heads,
-        max_position_embeddings=getattr(tokenizer, "model_max_length", 512), tie_word_embeddings=True,
+        max_position_embeddings=getattr(tokenizer, "model_max_length", 512), tie_word_embeddings=cfg.tie_embeddings,
         bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
     )
 
