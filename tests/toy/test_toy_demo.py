@@ -91,9 +91,10 @@ def test_demo_quick_end_to_end(tmp_path, monkeypatch):
     for r in rows + [model["untrained"]]:
         assert all(math.isfinite(v) and 0 <= v <= 1 for v in r["per_seed"] + [r["mean"], r["token_match"]])
         assert r["nfe_used"] <= r["nfe"]
-        # pass@1 ± the sample std (n − 1) over the two sampling seeds
+    for r in rows:  # pass@1 ± the sample std (n − 1) over the two sampling seeds
         a, b = r["per_seed"]
         assert r["mean"] == pytest.approx((a + b) / 2) and r["std"] == pytest.approx(abs(a - b) / math.sqrt(2))
+    assert len(model["untrained"]["per_seed"]) == 1  # the untrained student: one sampling seed
     # the seen combinations: as many training-split problems as held-out ones (48), one seed; the
     # kinds of wrong answers are shares of the wrong ones
     seen = model["seen"]
