@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from elfreg.toy import readout
+from elfreg.toy import arith, readout
 from elfreg.toy.registry import as_example
 from elfreg.toy.report import READOUT_FLOOR, readout_lines
 from elfreg.toy.tokenizer import train_tokenizer
@@ -78,3 +78,10 @@ def test_readout_line_and_warning() -> None:
     low = readout_lines(report(READOUT_FLOOR - 0.01))
     assert len(low) == 2 and low[1].startswith("warning: under 40%")
     assert readout_lines({"config": {"text": {"encoder_layer": 2}}, "asset_report": {"encoder": {}}}) == []
+
+
+def test_readout_problems_follow_the_build_operands() -> None:
+    problems = readout.readout_problems(50, cfg=arith.ArithConfig(max_number=20))
+    operands = [int(n) for p in problems for n in p["key"].replace("-", "+").split("+")]
+    assert max(operands) <= 20 and all(arith.split_of(p["key"]) == "train" for p in problems)
+    assert len(problems) == 50 and all(p["level"] == 1 for p in problems)

@@ -30,7 +30,7 @@ from elfreg.paths import cache_dir as default_cache_dir
 from elfreg.text.tokenizer import load_tokenizer
 from elfreg.toy.corpus import ToyTaskConfig, lm_text, train_examples
 from elfreg.toy.lm import ToyLMConfig, lm_loss, pretrain_lm
-from elfreg.toy.readout import digit_readout
+from elfreg.toy.readout import digit_readout, readout_problems
 from elfreg.toy.tokenizer import DEFAULT_VOCAB_SIZE, save_tokenizer, train_tokenizer
 
 FORMAT_VERSION = 2
@@ -179,5 +179,5 @@ def _build_into(root: Path, settings: dict, task_config: ToyTaskConfig, encoder:
         model.save_pretrained(root / name)
         save_tokenizer(tokenizer, root / name)
         report[name] = {**stats.__dict__, "train_loss_eval": round(lm_loss(model, tokenizer, texts[:64]), 4),
-                        "digit_readout": digit_readout(model, tokenizer)}
+                        "digit_readout": digit_readout(model, tokenizer, readout_problems(cfg=task_config.arith))}
     (root / "report.json").write_text(json.dumps(report, indent=2) + "\n")

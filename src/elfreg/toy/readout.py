@@ -25,9 +25,10 @@ READOUT_PROBLEMS = 600
 """Training-split one-step problems the build report's readout reads (sampling seed 3)."""
 
 
-def readout_problems(count: int = READOUT_PROBLEMS, seed: int = 3) -> list[dict]:
-    """``count`` one-step problems of the training split (default operands)."""
-    return arith.sample("train", 1, count, seed=seed, cfg=arith.ArithConfig())
+def readout_problems(count: int = READOUT_PROBLEMS, seed: int = 3, cfg: arith.ArithConfig | None = None
+                     ) -> list[dict]:
+    """``count`` one-step problems of the training split (``cfg``'s operands, default ones if None)."""
+    return arith.sample("train", 1, count, seed=seed, cfg=cfg or arith.ArithConfig())
 
 
 def digit_states(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, problems: Sequence[dict],
