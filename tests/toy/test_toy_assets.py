@@ -156,3 +156,25 @@ def test_cache_key_holds_the_resolved_precision(monkeypatch) -> None:
     monkeypatch.delenv(PRECISION_ENV)
     auto = toy_assets.asset_settings(TC.ToyTaskConfig(), True, TINY_ENCODER, TINY_TEACHER, 256, 600)
     assert toy_assets.settings_hash(auto) == keys["fp32"]  # auto on a CPU is fp32, on every CPU
+
+
+def test_untied_embeddings_stay_untied_through_training_and_loading(built, tmp_path) -> None:
+    _, assets = built
+    tok = AutoTokenizer.from_pretrained(str(assets.encoder_dir))
+    examples = TC.train_examples(TC.ToyTaskConfig(), 40, seed=0)
+    assert not toy_assets.DEFAULT_ENCODER.tie_embeddings and not toy_assets.QUICK_ENCODER.tie_embeddings
+    assert toy_assets.DEFAULT_TEACHER.tie_embeddings
+    for tie in (True, False):
+        cfg = replace(TINY_ENCODER, steps=3, tie_embeddings=tie)
+        model, _ = toy_lm.pretrain_lm(cfg, tok, examples, progress=False)
+        shared = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+        assert shared is tie
+        model.save_pretrained(tmp_path / str(tie))
+        loaded = AutoModelForCausalLM.from_pretrained(str(tmp_path / str(tie)))
+        assert (loaded.lm_head.weight.data_ptr() == loaded.model.embed_tokens.weight.data_ptr()) is tie
+        assert torch.equal(loaded.lm_head.weight, model.lm_head.weight)
+    # the setting keys the cache: a tied and an untied build are different models
+    a = toy_assets.asset_settings(TC.ToyTaskConfig(), False, TINY_ENCODER, TINY_TEACHER, 300, 100)
+    b = toy_assets.asset_settings(TC.ToyTaskConfig(), False, replace(TINY_ENCODER, tie_embeddings=False),
+                                  TINY_TEACHER, 300, 100)
+    assert toy_assets.settings_hash(a) != toy_assets.settings_hash(b)

@@ -155,6 +155,7 @@ def test_the_precision_line_names_the_students_device_and_precision(monkeypatch)
     assert (prec["resolved"], prec["device"], prec["toy_lms"]) == ("bf16", "cuda", "fp32")
     report = {"precision": prec, "config": Config().to_dict(), "n_test_problems": 1, "models": {},
               "baselines": {"most_frequent_answer": {"answer": "1", "pass@1": 0.0},
-                            "teacher_greedy": {"pass@1": 0.0}, "encoder_lm_greedy": {"pass@1": 0.0}}}
+                            "teacher_greedy": {"pass@1": 0.0}, "encoder_lm_greedy": {"pass@1": 0.0}},
+              "asset_report": {"encoder": {"digit_readout": {str(Config().text.encoder_layer): 0.5}}}}
     first = format_table(report).splitlines()[0]
     assert first.startswith("precision: bf16 on cuda (precision: auto, bf16 on CUDA; toy LMs built on the CPU in fp32")

@@ -77,7 +77,6 @@ def test_readout_line_and_warning() -> None:
     assert readout_lines(report(0.783)) == ["encoder digit readout at layer 2: 78.3%"]
     low = readout_lines(report(READOUT_FLOOR - 0.01))
     assert len(low) == 2 and low[1].startswith("warning: under 40%")
-    assert readout_lines({"config": {"text": {"encoder_layer": 2}}, "asset_report": {"encoder": {}}}) == []
 
 
 def test_readout_problems_follow_the_build_operands() -> None:

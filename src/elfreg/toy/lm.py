@@ -125,7 +125,7 @@ def encode_examples(tokenizer: PreTrainedTokenizerBase, examples: Sequence[dict]
     return [(p + a, len(p)) for p, a in zip(prompts, answers, strict=True)]
 
 
-def _collate(seqs: Sequence[tuple[list[int], int]], pad_id: int, prompt_weight: float = 1.0
+def collate(seqs: Sequence[tuple[list[int], int]], pad_id: int, prompt_weight: float = 1.0
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded ids, attention mask and per-token loss weights (``prompt_weight`` on prompt
     tokens, 1 on answer and EOS tokens, 0 on padding)."""
@@ -211,7 +211,7 @@ def _pretrain(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase, examples: Se
         if not queue:
             queue = _batches(lengths, cfg.batch_size, rng)
         batch = queue.pop()
-        ids, mask, weights = _collate([seqs[i] for i in batch], tokenizer.pad_token_id, cfg.prompt_loss_weight)
+        ids, mask, weights = collate([seqs[i] for i in batch], tokenizer.pad_token_id, cfg.prompt_loss_weight)
         for group in opt.param_groups:
             group["lr"] = scheduled_lr(step, cfg.lr, cfg.warmup_steps, cfg.steps, LR_FLOOR_RATIO)
         loss = _causal_loss(model, ids, mask, weights, bf16)
@@ -244,7 +244,7 @@ def lm_loss(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, texts: S
     seqs = [(s, 0) for s in encode_texts(tokenizer, texts)]
     total, count = 0.0, 0
     for i in range(0, len(seqs), batch_size):
-        ids, mask, weights = _collate(seqs[i : i + batch_size], tokenizer.pad_token_id)
+        ids, mask, weights = collate(seqs[i : i + batch_size], tokenizer.pad_token_id)
         n = int(weights[:, 1:].sum())
         total += _causal_loss(model, ids, mask, weights, bf16=False).item() * n
         count += n

@@ -57,12 +57,10 @@ pass@1 on a build reading 36 %, 70-96 % on builds reading 48-89 %; docs/toy-task
 
 
 def readout_lines(report: dict) -> list[str]:
-    """The toy encoder's digit readout at the layer the student reads (:mod:`elfreg.toy.readout`),
-    with a warning under :data:`READOUT_FLOOR`; nothing for a build whose report lacks it."""
+    """The toy encoder's digit readout at the layer the student reads (:mod:`elfreg.toy.readout`,
+    from the toy-asset build report), with a warning under :data:`READOUT_FLOOR`."""
     layer = report["config"]["text"]["encoder_layer"]
-    readout = report.get("asset_report", {}).get("encoder", {}).get("digit_readout", {}).get(str(layer))
-    if readout is None:
-        return []
+    readout = report["asset_report"]["encoder"]["digit_readout"][str(layer)]  # JSON keys are strings
     lines = [f"encoder digit readout at layer {layer}: {100 * readout:.1f}%"]
     if readout < READOUT_FLOOR:
         lines.append(f"warning: under {100 * READOUT_FLOOR:.0f}%, this encoder build names digits too vaguely; "
