@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3ForCausalLM
 
 from elfreg.toy import assets as toy_assets
@@ -22,7 +23,9 @@ TINY_ENCODER = toy_lm.ToyLMConfig(hidden_size=64, num_layers=2, num_heads=4, num
                                   intermediate_size=128, steps=40, batch_size=16, lr=5e-3, warmup_steps=5)
 TINY_TEACHER = toy_lm.ToyLMConfig(hidden_size=96, num_layers=2, num_heads=4, num_kv_heads=2,
                                   intermediate_size=192, steps=30, batch_size=16, lr=5e-3, warmup_steps=5)
-BUILD = dict(quick=True, encoder=TINY_ENCODER, teacher=TINY_TEACHER, corpus_size=600, progress=False)
+# One after the other in this process, where the tests below can replace ``pretrain_lm``.
+BUILD = dict(quick=True, encoder=TINY_ENCODER, teacher=TINY_TEACHER, corpus_size=600, progress=False,
+             side_by_side=False)
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +62,22 @@ def test_build_layout_and_reuse(built, monkeypatch) -> None:
     with pytest.raises(AssertionError, match="must not retrain"):
         toy_assets.build_toy_assets(cache, **{**BUILD, "corpus_size": 601})
     assert [p.name for p in (cache / "toy_assets").iterdir()] == [assets.root.name]
+
+
+def test_side_by_side_build_is_the_same_build(built, tmp_path) -> None:
+    """The two LMs pretrained at once in two child processes on one thread each come out
+    bit for bit as one after the other here on torch's thread count, so the choice can stay
+    out of the cache key."""
+    _, here = built
+    apart = toy_assets.build_toy_assets(tmp_path, **{**BUILD, "side_by_side": True})
+    assert apart.root.name == here.root.name
+    assert apart.report["lms_side_by_side"] and not here.report["lms_side_by_side"]
+    for name in ("encoder", "teacher"):
+        a = load_file(apart.root / name / "model.safetensors")
+        b = load_file(here.root / name / "model.safetensors")
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+        assert apart.report[name]["loss_curve"] == here.report[name]["loss_curve"]
+        assert apart.report[name]["digit_readout"] == here.report[name]["digit_readout"]
 
 
 def test_saved_lms_load_like_hub_models_and_learned(built) -> None:

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 import shutil
 import time
 import uuid
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -84,6 +86,13 @@ def settings_hash(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity where the OS tells it, else the machine's)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -124,14 +133,21 @@ def build_toy_assets(cache_dir: str | os.PathLike | None = None, task_config: To
                      quick: bool = False, encoder: ToyLMConfig | None = None,
                      teacher: ToyLMConfig | None = None, vocab_size: int = DEFAULT_VOCAB_SIZE,
                      corpus_size: int | None = None, progress: bool = True,
-                     num_threads: int | None = None) -> ToyAssets:
+                     num_threads: int | None = None, side_by_side: bool | None = None) -> ToyAssets:
     """Build the toy tokenizer, encoder LM and teacher LM, or reuse an identical earlier build.
 
     ``quick`` picks the CI-sized defaults (a few seconds per LM) for ``encoder`` / ``teacher`` /
     ``corpus_size`` left as ``None``. The LMs are pretrained on the train split only (both arith
     levels and code, mixed by ``task_config``); the tokenizer is trained on the same corpus.
-    The cache folder defaults to :func:`elfreg.paths.cache_dir`. ``num_threads`` (torch threads
-    during pretraining; not part of the cache key) defaults to torch's current setting.
+    The cache folder defaults to :func:`elfreg.paths.cache_dir`.
+
+    ``side_by_side`` pretrains the two LMs at once in two child processes, each on
+    ``num_threads`` torch threads (default 1); it defaults to on when this process may use two or
+    more CPUs. Two small LMs on one thread each finish sooner than one after the other on two
+    threads (a thread beyond the first speeds these LMs up far less than twice). Otherwise they
+    train here one after the other on ``num_threads`` threads (default: torch's current
+    setting). Neither choice is part of the cache key: the built weights are the same either way
+    (tested), as for any thread count.
     """
     task_config = task_config or ToyTaskConfig()
     encoder = resolved_precision(encoder or (QUICK_ENCODER if quick else DEFAULT_ENCODER))
@@ -146,8 +162,11 @@ def build_toy_assets(cache_dir: str | os.PathLike | None = None, task_config: To
     base.mkdir(parents=True, exist_ok=True)
     _remove_stale_tmp(base, digest)
     tmp = base / f".tmp-{digest}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    if side_by_side is None:
+        side_by_side = usable_cpus() >= 2
     try:
-        _build_into(tmp, settings, task_config, encoder, teacher, vocab_size, corpus_size, progress, num_threads)
+        _build_into(tmp, settings, task_config, encoder, teacher, vocab_size, corpus_size, progress, num_threads,
+                    side_by_side)
         try:
             os.rename(tmp, final)
         except OSError:
@@ -163,21 +182,42 @@ def build_toy_assets(cache_dir: str | os.PathLike | None = None, task_config: To
 
 def _build_into(root: Path, settings: dict, task_config: ToyTaskConfig, encoder: ToyLMConfig,
                 teacher: ToyLMConfig, vocab_size: int, corpus_size: int, progress: bool,
-                num_threads: int | None) -> None:
+                num_threads: int | None, side_by_side: bool) -> None:
     root.mkdir(parents=True)
     (root / "settings.json").write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
     examples = train_examples(task_config, corpus_size)
-    texts = [lm_text(e) for e in examples]
     t0 = time.perf_counter()
-    save_tokenizer(train_tokenizer(texts, vocab_size), root / "tokenizer")
-    tokenizer = load_tokenizer(str(root / "tokenizer"))
-    report: dict = {"vocab_size": len(tokenizer), "tokenizer_seconds": round(time.perf_counter() - t0, 2),
-                    "corpus_size": corpus_size}
-    for name, cfg in (("encoder", encoder), ("teacher", teacher)):
-        model, stats = pretrain_lm(cfg, tokenizer, examples, progress=progress, desc=f"toy {name}",
-                                    num_threads=num_threads)
-        model.save_pretrained(root / name)
-        save_tokenizer(tokenizer, root / name)
-        report[name] = {**stats.__dict__, "train_loss_eval": round(lm_loss(model, tokenizer, texts[:64]), 4),
-                        "digit_readout": digit_readout(model, tokenizer, readout_problems(cfg=task_config.arith))}
+    save_tokenizer(train_tokenizer([lm_text(e) for e in examples], vocab_size), root / "tokenizer")
+    report: dict = {"vocab_size": len(load_tokenizer(str(root / "tokenizer"))),
+                    "tokenizer_seconds": round(time.perf_counter() - t0, 2), "corpus_size": corpus_size}
+    jobs = [(root, name, cfg, task_config, examples, progress, position)
+            for position, (name, cfg) in enumerate((("encoder", encoder), ("teacher", teacher)))]
+    t0 = time.perf_counter()
+    if side_by_side:
+        # spawn, not fork: a forked child would inherit the parent's torch thread pool state
+        with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(_build_lm, *job, num_threads or 1) for job in jobs]
+            try:
+                reports = [f.result() for f in futures]
+            except BaseException:
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+    else:
+        reports = [_build_lm(*job, num_threads) for job in jobs]
+    report.update({"encoder": reports[0], "teacher": reports[1],
+                   "lm_seconds": round(time.perf_counter() - t0, 2), "lms_side_by_side": side_by_side})
     (root / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+
+
+def _build_lm(root: Path, name: str, cfg: ToyLMConfig, task_config: ToyTaskConfig, examples: list[dict],
+              progress: bool, position: int, num_threads: int | None) -> dict:
+    """Pretrain one LM into ``root / name`` and return its report entry (also run in a child
+    process, so it takes only picklable arguments and reads the tokenizer from ``root``)."""
+    tokenizer = load_tokenizer(str(root / "tokenizer"))
+    model, stats = pretrain_lm(cfg, tokenizer, examples, progress=progress, desc=f"toy {name}",
+                               num_threads=num_threads, position=position)
+    model.save_pretrained(root / name)
+    save_tokenizer(tokenizer, root / name)
+    texts = [lm_text(e) for e in examples[:64]]
+    return {**stats.__dict__, "train_loss_eval": round(lm_loss(model, tokenizer, texts), 4),
+            "digit_readout": digit_readout(model, tokenizer, readout_problems(cfg=task_config.arith))}

@@ -167,8 +167,8 @@ def _causal_loss(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, 
 
 
 def pretrain_lm(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase, examples: Sequence[dict],
-                progress: bool = True, desc: str = "pretrain", num_threads: int | None = None
-                ) -> tuple[Qwen3ForCausalLM, PretrainStats]:
+                progress: bool = True, desc: str = "pretrain", num_threads: int | None = None,
+                position: int = 0) -> tuple[Qwen3ForCausalLM, PretrainStats]:
     """Train a fresh toy ``Qwen3ForCausalLM`` on ``examples`` (``prompt + SEP + answer + EOS``)
     with the causal-LM loss, prompt tokens weighted by ``cfg.prompt_loss_weight``.
 
@@ -177,18 +177,19 @@ def pretrain_lm(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase, examples: 
     length. Returns the model (eval mode, frozen) and its :class:`PretrainStats`.
     ``num_threads`` sets torch's intra-op threads for the run only (restored afterwards); on a
     shared machine one thread can be several times faster than two busy-waiting ones.
+    ``position`` is the progress bar's line (two LMs trained at once keep one line each).
     """
     previous = torch.get_num_threads()
     if num_threads:
         torch.set_num_threads(num_threads)
     try:
-        return _pretrain(cfg, tokenizer, examples, progress, desc)
+        return _pretrain(cfg, tokenizer, examples, progress, desc, position)
     finally:
         torch.set_num_threads(previous)
 
 
 def _pretrain(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase, examples: Sequence[dict], progress: bool,
-              desc: str) -> tuple[Qwen3ForCausalLM, PretrainStats]:
+              desc: str, position: int) -> tuple[Qwen3ForCausalLM, PretrainStats]:
     rng = random.Random(cfg.seed)
     with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's RNG
         torch.manual_seed(cfg.seed)
@@ -206,7 +207,7 @@ def _pretrain(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase, examples: Se
     losses: list[float] = []
     tokens = 0
     start, cpu_start = time.perf_counter(), time.process_time()
-    bar = tqdm(range(cfg.steps), desc=desc, disable=not progress, leave=True, mininterval=0.5)
+    bar = tqdm(range(cfg.steps), desc=desc, disable=not progress, leave=True, mininterval=0.5, position=position)
     for step in bar:
         if not queue:
             queue = _batches(lengths, cfg.batch_size, rng)
