@@ -80,6 +80,26 @@ def test_side_by_side_build_is_the_same_build(built, tmp_path) -> None:
         assert apart.report[name]["digit_readout"] == here.report[name]["digit_readout"]
 
 
+def test_threads_handed_on_midway_change_no_weight(built) -> None:
+    """``threads_now`` (how a side-by-side build hands a finished LM's CPU to the other) moves the
+    thread count mid-run and leaves every weight as a run on one thread count makes it."""
+    _, assets = built
+    tok = AutoTokenizer.from_pretrained(str(assets.tokenizer_dir))
+    examples = TC.train_examples(TC.ToyTaskConfig(), 64, seed=0)
+    cfg = replace(TINY_ENCODER, steps=12)
+    asked = []
+
+    def one_then_two() -> int:
+        asked.append(torch.get_num_threads())
+        return 1 if len(asked) <= 6 else 2
+
+    steady, _ = toy_lm.pretrain_lm(cfg, tok, examples, progress=False, num_threads=1)
+    moved, _ = toy_lm.pretrain_lm(cfg, tok, examples, progress=False, num_threads=1, threads_now=one_then_two)
+    assert asked[:7] == [1] * 7 and asked[7:] == [2] * 5  # it was asked every step and obeyed
+    pairs = zip(steady.state_dict().values(), moved.state_dict().values(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
+
+
 def test_saved_lms_load_like_hub_models_and_learned(built) -> None:
     _, assets = built
     tok = AutoTokenizer.from_pretrained(str(assets.encoder_dir))

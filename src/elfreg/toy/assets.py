@@ -23,9 +23,11 @@ import os
 import shutil
 import time
 import uuid
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+import torch
 
 from elfreg.device import resolve_precision
 from elfreg.paths import cache_dir as default_cache_dir
@@ -195,9 +197,15 @@ def _build_into(root: Path, settings: dict, task_config: ToyTaskConfig, encoder:
     t0 = time.perf_counter()
     if side_by_side:
         # spawn, not fork: a forked child would inherit the parent's torch thread pool state
-        with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(_build_lm, *job, num_threads or 1) for job in jobs]
+        context = multiprocessing.get_context("spawn")
+        freed = context.Event()
+        with ProcessPoolExecutor(max_workers=2, mp_context=context, initializer=_start_child,
+                                 initargs=(freed, num_threads or 1)) as pool:
+            futures = [pool.submit(_build_lm, *job, None) for job in jobs]
             try:
+                for done in as_completed(futures):
+                    done.result()
+                    freed.set()  # the LM still training takes the finished one's thread
                 reports = [f.result() for f in futures]
             except BaseException:
                 pool.shutdown(wait=True, cancel_futures=True)
@@ -209,13 +217,29 @@ def _build_into(root: Path, settings: dict, task_config: ToyTaskConfig, encoder:
     (root / "report.json").write_text(json.dumps(report, indent=2) + "\n")
 
 
+_freed_cpu = None
+"""In a child process of a side-by-side build: set once the other LM has finished."""
+
+
+def _start_child(freed_cpu, num_threads: int) -> None:
+    global _freed_cpu
+    _freed_cpu = freed_cpu
+    torch.set_num_threads(num_threads)
+
+
 def _build_lm(root: Path, name: str, cfg: ToyLMConfig, task_config: ToyTaskConfig, examples: list[dict],
               progress: bool, position: int, num_threads: int | None) -> dict:
     """Pretrain one LM into ``root / name`` and return its report entry (also run in a child
     process, so it takes only picklable arguments and reads the tokenizer from ``root``)."""
     tokenizer = load_tokenizer(str(root / "tokenizer"))
+    threads_now = None
+    if _freed_cpu is not None:
+        base = torch.get_num_threads()
+
+        def threads_now() -> int:
+            return base * 2 if _freed_cpu.is_set() else base
     model, stats = pretrain_lm(cfg, tokenizer, examples, progress=progress, desc=f"toy {name}",
-                               num_threads=num_threads, position=position)
+                               num_threads=num_threads, position=position, threads_now=threads_now)
     model.save_pretrained(root / name)
     save_tokenizer(tokenizer, root / name)
     texts = [lm_text(e) for e in examples[:64]]

@@ -19,7 +19,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 
@@ -168,7 +168,8 @@ def _causal_loss(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, 
 
 def pretrain_lm(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase, examples: Sequence[dict],
                 progress: bool = True, desc: str = "pretrain", num_threads: int | None = None,
-                position: int = 0) -> tuple[Qwen3ForCausalLM, PretrainStats]:
+                position: int = 0, threads_now: Callable[[], int] | None = None
+                ) -> tuple[Qwen3ForCausalLM, PretrainStats]:
     """Train a fresh toy ``Qwen3ForCausalLM`` on ``examples`` (``prompt + SEP + answer + EOS``)
     with the causal-LM loss, prompt tokens weighted by ``cfg.prompt_loss_weight``.
 
@@ -178,18 +179,21 @@ def pretrain_lm(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase, examples: 
     ``num_threads`` sets torch's intra-op threads for the run only (restored afterwards); on a
     shared machine one thread can be several times faster than two busy-waiting ones.
     ``position`` is the progress bar's line (two LMs trained at once keep one line each).
+    ``threads_now``, when given, is asked before every step how many threads to use from then on
+    (a build that frees a CPU midway hands it on); the weights do not depend on it.
     """
     previous = torch.get_num_threads()
     if num_threads:
         torch.set_num_threads(num_threads)
     try:
-        return _pretrain(cfg, tokenizer, examples, progress, desc, position)
+        return _pretrain(cfg, tokenizer, examples, progress, desc, position, threads_now)
     finally:
         torch.set_num_threads(previous)
 
 
 def _pretrain(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase, examples: Sequence[dict], progress: bool,
-              desc: str, position: int) -> tuple[Qwen3ForCausalLM, PretrainStats]:
+              desc: str, position: int, threads_now: Callable[[], int] | None
+              ) -> tuple[Qwen3ForCausalLM, PretrainStats]:
     rng = random.Random(cfg.seed)
     with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's RNG
         torch.manual_seed(cfg.seed)
@@ -209,6 +213,8 @@ def _pretrain(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase, examples: Se
     start, cpu_start = time.perf_counter(), time.process_time()
     bar = tqdm(range(cfg.steps), desc=desc, disable=not progress, leave=True, mininterval=0.5, position=position)
     for step in bar:
+        if threads_now is not None and (wanted := threads_now()) != torch.get_num_threads():
+            torch.set_num_threads(wanted)
         if not queue:
             queue = _batches(lengths, cfg.batch_size, rng)
         batch = queue.pop()
