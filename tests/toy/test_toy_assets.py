@@ -64,11 +64,16 @@ def test_build_layout_and_reuse(built, monkeypatch) -> None:
     assert [p.name for p in (cache / "toy_assets").iterdir()] == [assets.root.name]
 
 
-def test_side_by_side_build_is_the_same_build(built, tmp_path) -> None:
+def test_side_by_side_build_is_the_same_build(built, tmp_path, monkeypatch) -> None:
     """The two LMs pretrained at once in two child processes on one thread each come out
     bit for bit as one after the other here on torch's thread count, so the choice can stay
     out of the cache key."""
     _, here = built
+
+    def not_here(*args, **kwargs):
+        raise AssertionError("a side-by-side build must pretrain in its child processes")
+
+    monkeypatch.setattr(toy_assets, "pretrain_lm", not_here)  # a spawned child imports its own
     apart = toy_assets.build_toy_assets(tmp_path, **{**BUILD, "side_by_side": True})
     assert apart.root.name == here.root.name
     assert apart.report["lms_side_by_side"] and not here.report["lms_side_by_side"]

@@ -88,7 +88,7 @@ def settings_hash(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def usable_cpus() -> int:
+def _usable_cpus() -> int:
     """CPUs this process may run on (its affinity where the OS tells it, else the machine's)."""
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
@@ -165,7 +165,7 @@ def build_toy_assets(cache_dir: str | os.PathLike | None = None, task_config: To
     _remove_stale_tmp(base, digest)
     tmp = base / f".tmp-{digest}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     if side_by_side is None:
-        side_by_side = usable_cpus() >= 2
+        side_by_side = _usable_cpus() >= 2
     try:
         _build_into(tmp, settings, task_config, encoder, teacher, vocab_size, corpus_size, progress, num_threads,
                     side_by_side)
