@@ -67,6 +67,15 @@ def test_digit_readout_keys_every_layer(tiny_lm) -> None:
     assert set(values) == {1, 2} and all(0.0 <= v <= 1.0 for v in values.values())
     states, digits = readout.digit_states(model, tok, problems, layers=[1])
     assert values[1] == round(readout.nearest_class_mean_accuracy(states[1], digits), 4)
+    assert set(readout.digit_readout(model, tok, problems, layers=[2])) == {2}
+
+
+def test_digit_readout_refuses_empty_problems_or_layers(tiny_lm) -> None:
+    model, tok, problems = tiny_lm
+    with pytest.raises(ValueError, match="0 problems"):
+        readout.digit_readout(model, tok, [])
+    with pytest.raises(ValueError, match="0 layers"):
+        readout.digit_readout(model, tok, problems, layers=[])
 
 
 def test_readout_line_and_warning() -> None:

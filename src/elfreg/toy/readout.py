@@ -77,7 +77,12 @@ def nearest_class_mean_accuracy(states: torch.Tensor, labels: torch.Tensor) -> f
 def digit_readout(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, problems: Sequence[dict] | None = None,
                   layers: Sequence[int] | None = None) -> dict[int, float]:
     """The digit readout of each layer (default: every block's output, 1 … num_layers) over
-    ``problems`` (default :func:`readout_problems`)."""
-    layers = list(layers or range(1, model.config.num_hidden_layers + 1))
-    states, digits = digit_states(model, tokenizer, problems or readout_problems(), layers)
+    ``problems`` (default :func:`readout_problems`). An empty list of problems or of layers is
+    refused: it would read nothing."""
+    layers = list(range(1, model.config.num_hidden_layers + 1) if layers is None else layers)
+    problems = readout_problems() if problems is None else problems
+    if not problems or not layers:
+        raise ValueError(f"the digit readout needs problems and layers, got {len(problems)} problems "
+                         f"and {len(layers)} layers")
+    states, digits = digit_states(model, tokenizer, problems, layers)
     return {k: round(nearest_class_mean_accuracy(states[k], digits), 4) for k in layers}
