@@ -50,7 +50,7 @@ from elfreg.train.loop import train
 # The default recipe (docs/demo.md and docs/records/2026-12-04-toy-recipe.md): a 128-wide,
 # 4-block student, 2,400 steps of 32 with ELF's Muon at lr 5e-3 and weight decay 0.4, with the
 # feature cache. At 1,800 steps nine of ten runs were still gaining 4-12 points over their last
-# 300 steps; at 2,400 the same seeds score 11-26 points higher under either kernel set, 84-97 %
+# 300 steps; at 2,400 the same seeds score 11-26 points higher under either kernel set, 83-97 %
 # (docs/records/2026-12-04-toy-recipe-2400-steps.md). This task is learnt in a late jump from
 # reproducing the answers' form to computing their numbers; decay brings the jump forward (valid
 # pass@1 at 1,500 steps, lr 2e-3: 34 % without decay, 70 % at 1.0), and a higher learning rate
