@@ -41,6 +41,7 @@ def test_demo_variants_differ_only_in_the_training_signals(tmp_path):
 def test_the_default_demo_is_the_documented_budget():
     cfg = demo_config()
     assert (cfg.model.width, cfg.model.depth, cfg.train.steps, cfg.train.batch_size) == (96, 4, 4000, 32)
+    assert cfg.model.projector_hidden == 2 * cfg.model.width  # the REPA projector scales with the student
     assert (cfg.train.optimizer, cfg.train.lr, cfg.train.weight_decay) == ("muon", 5e-3, 0.4)
     assert [s.nfe for s in cfg.eval.grid(cfg.sample)] == [4, 8, 16, 4, 8, 16]
     assert (cfg.flow.w_min, cfg.flow.w_max, cfg.sample.sc_cfg) == (0.5, 2.0, 1.0)  # see docs/demo.md

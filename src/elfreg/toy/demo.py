@@ -54,9 +54,9 @@ from elfreg.train.loop import train
 # ran out: at 1,800 steps of a 128-wide student five seeds spanned 15 points, at 2,400 ten points,
 # all still rising. A 96-wide step costs 0.6x a 128-wide one on one thread (0.77x on two under
 # AVX2 kernels), and 4,000 such steps carry every run up the rise: five seeds span 4.5 points,
-# eleven runs under two kernel sets 93.5-98.0 %. Decay brings the jump forward (valid pass@1 at 1,500 steps,
-# lr 2e-3: 34 % without decay, 70 % at 1.0), and a higher learning rate at the same lr x decay
-# makes the student exact: at lr 2e-3 it missed 19 % of its own training sums, most by one. The
+# eleven runs under two kernel sets 93.5-98.0 %. Decay brings the jump forward (valid pass@1 at
+# 1,500 steps, lr 2e-3: 34 % without decay, 70 % at 1.0), and a higher learning rate at the same
+# lr x decay makes the student exact: at lr 2e-3 it missed 19 % of its own training sums, most by one. The
 # SC-CFG scale is drawn from [0.5, 2] in training, not the paper's [0.5, 5]: with the auxiliary
 # predictions at the row's w, learning the strongly extrapolated targets of w up to 5 cost an
 # earlier student 44 points on the valid split; sampling at w = 1, 2 or 3 scores alike.
