@@ -53,6 +53,17 @@ def test_cache_chunks_ab_times_only_chunks_equal_to_the_whole_batch(tmp_path):
     assert report["shape"] == "tiny" and report["precision"] == "fp32"
 
 
+def test_muon_stack_ab_steps_both_copies_to_the_same_weights(tmp_path):
+    out = tmp_path / "muon.json"
+    _run("muon_stack_ab.py", "--width", "32", "--depth", "2", "--repeats", "2", "--out", str(out))
+    report = json.loads(out.read_text())
+    rows = {r["case"]: r for r in report["rows"]}
+    assert set(rows) == {"stacked", "one call per matrix"}
+    assert rows["one call per matrix"]["speedup"] == 1.0 and rows["stacked"]["seconds"] > 0
+    assert report["max_abs_difference"] <= 1e-5 and report["settings"]["width"] == 32
+    assert report["shapes"] < report["matrices"]  # a transformer repeats its shapes: what stacking uses
+
+
 def test_grid_stats_reproduce_the_papers_early_stop_time():
     text = _run("sampling_grid_stats.py", "--nfe", "64", "--seeds", "200")
     row = next(line.split() for line in text.splitlines() if line.split()[:2] == ["64", "512"])

@@ -1,10 +1,11 @@
 """ELF's Muon (``train.optimizer: muon``): its update written out step by step, the
-Newton–Schulz orthogonalisation, parameters without a gradient, and an exact resume."""
+Newton–Schulz orthogonalisation (alone and stacked), parameters without a gradient, and an exact
+resume."""
 
 import pytest
 import torch
 
-from elfreg.train.muon import NS_COEFFICIENTS, ElfMuon, newton_schulz
+from elfreg.train.muon import NS_COEFFICIENTS, ElfMuon, newton_schulz, stacks
 
 
 def _orthogonalised(u: torch.Tensor) -> torch.Tensor:
@@ -107,3 +108,44 @@ def test_a_resumed_optimizer_continues_exactly():
             p.grad = gp
         resumed.step()
     assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_a_stack_orthogonalises_each_matrix_on_its_own():
+    torch.manual_seed(5)
+    # scales far apart: a norm taken over the stack instead of per matrix would shrink the small
+    # ones' steps and fail here
+    mats = [torch.randn(6, 9) * scale for scale in (1e-3, 1.0, 1e3)]
+    stacked = newton_schulz(torch.stack(mats))
+    for m, got in zip(mats, stacked, strict=True):
+        torch.testing.assert_close(got, newton_schulz(m), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(got, _orthogonalised(m), rtol=1e-4, atol=1e-5)
+    tall = torch.randn(3, 9, 6)  # a stack of tall matrices keeps their orientation
+    torch.testing.assert_close(newton_schulz(tall)[1], newton_schulz(tall[1]), rtol=1e-5, atol=1e-6)
+
+
+def test_stacks_group_by_shape_in_order_and_hold_at_most_their_bytes():
+    ps = [torch.zeros(4, 8), torch.zeros(8, 4), torch.zeros(4, 8), torch.zeros(4, 8),
+          torch.zeros(2, 2, dtype=torch.float64)]
+    pending = [(p, p.clone()) for p in ps]
+    assert [[id(p) for p, _ in s] for s in stacks(pending)] == [[id(ps[0]), id(ps[2]), id(ps[3])], [id(ps[1])],
+                                                                 [id(ps[4])]]
+    capped = stacks(pending, max_bytes=2 * 4 * 8 * 4)  # two 4x8 fp32 matrices a stack
+    assert [len(s) for s in capped] == [2, 1, 1, 1]
+    assert [len(s) for s in stacks(pending, max_bytes=0)] == [1] * 5  # one call per matrix
+
+
+@pytest.mark.parametrize("stack_bytes", [0, 4 * 6 * 4 * 2])  # one matrix a call; two a call
+def test_stacked_steps_equal_steps_of_one_call_per_matrix(stack_bytes):
+    torch.manual_seed(6)
+    make = lambda: [torch.nn.Parameter(torch.randn(shape)) for shape in ((4, 6), (6, 4), (4, 6), (4, 6), (5,))]  # noqa: E731
+    a = make()
+    b = [torch.nn.Parameter(p.detach().clone()) for p in a]
+    opt_a, opt_b = ElfMuon(a, lr=0.05, weight_decay=0.1), ElfMuon(b, lr=0.05, weight_decay=0.1, stack_bytes=stack_bytes)
+    for _ in range(3):
+        for p, q in zip(a, b, strict=True):
+            p.grad = torch.randn(p.shape)
+            q.grad = p.grad.clone()
+        opt_a.step()
+        opt_b.step()
+    for p, q in zip(a, b, strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)

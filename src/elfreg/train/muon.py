@@ -33,7 +33,8 @@ NS_STEPS = 5
 
 def newton_schulz(update: torch.Tensor, steps: int = NS_STEPS, eps: float = 1e-8) -> torch.Tensor:
     """An approximately orthogonal matrix of ``update``'s shape (its singular values pushed
-    towards 1; about 0.7-1.2 after five steps), computed in fp32."""
+    towards 1; about 0.7-1.2 after five steps), computed in fp32. A (k, m, n) stack gives each
+    of its k matrices its own (each normed alone)."""
     a, b, c = NS_COEFFICIENTS
     x = update.float()
     tall = x.shape[-2] > x.shape[-1]
@@ -46,45 +47,92 @@ def newton_schulz(update: torch.Tensor, steps: int = NS_STEPS, eps: float = 1e-8
     return x.mT if tall else x
 
 
+STACK_BYTES = 16 * 2**20
+"""The most bytes of updates one batched Newton–Schulz call stacks: small matrices gain from
+sharing a call; large ones keep the cores busy alone and would only hold more memory at once."""
+
+
+def stacks(pending: list[tuple[torch.Tensor, torch.Tensor]], max_bytes: int = STACK_BYTES
+           ) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+    """(parameter, update) pairs grouped by the update's shape, dtype and device, groups in
+    first-seen order, each cut into stacks of at most ``max_bytes`` of updates (a larger matrix
+    is a stack of its own)."""
+    groups: dict[tuple, list] = {}
+    for p, u in pending:
+        groups.setdefault((tuple(u.shape), u.dtype, u.device), []).append((p, u))
+    out = []
+    for items in groups.values():
+        per_stack = max(1, max_bytes // (items[0][1].numel() * items[0][1].element_size()))
+        out += [items[i:i + per_stack] for i in range(0, len(items), per_stack)]
+    return out
+
+
 class ElfMuon(torch.optim.Optimizer):
     """ELF's Muon on the matrices and Nesterov-Adam on the rest (see the module docstring).
 
     ``params`` are split by dimension: 2-D tensors to Muon (with ``weight_decay``), the others to
     Adam (no weight decay, as ELF's). Both groups share ``lr``; a schedule sets it on every group.
+    ``stack_bytes`` caps the matrices one Newton–Schulz call orthogonalises together
+    (:func:`stacks`; 0: one call per matrix).
     """
 
     def __init__(self, params: Iterable[torch.nn.Parameter], lr: float, momentum: float = 0.95,
-                 weight_decay: float = 0.0, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+                 weight_decay: float = 0.0, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 stack_bytes: int = STACK_BYTES):
         params = [p for p in params if p.requires_grad]
         groups = [{"params": [p for p in params if p.dim() == 2], "use_muon": True, "momentum": momentum,
                    "weight_decay": weight_decay},
                   {"params": [p for p in params if p.dim() != 2], "use_muon": False, "betas": betas, "eps": eps,
                    "weight_decay": 0.0}]
         super().__init__([g for g in groups if g["params"]], {"lr": lr})
+        self.stack_bytes = stack_bytes  # not a group setting: checkpoints hold none
 
     @torch.no_grad()
     def step(self, closure=None):  # noqa: D102 - torch's contract
         loss = None if closure is None else closure()
         for group in self.param_groups:
+            if group["use_muon"]:
+                self._muon_group(group)
+                continue
             for p in group["params"]:
-                grad = torch.zeros_like(p) if p.grad is None else p.grad
-                state = self.state[p]
-                # a tensor, as torch's optimisers keep it (distributed checkpoints shard tensors)
-                state["step"] = state.get("step", torch.zeros((), dtype=torch.float32)) + 1
-                update = self._muon(p, grad, state, group) if group["use_muon"] else self._adam(grad, state, group)
-                if group["weight_decay"]:
-                    p.mul_(1 - group["lr"] * group["weight_decay"])
-                p.add_(update.to(p.dtype), alpha=-group["lr"])
+                self._apply(p, self._adam(self._grad(p), self._count_step(p), group), group)
         return loss
 
+    def _count_step(self, p: torch.Tensor) -> dict:
+        state = self.state[p]
+        # a tensor, as torch's optimisers keep it (distributed checkpoints shard tensors)
+        state["step"] = state.get("step", torch.zeros((), dtype=torch.float32)) + 1
+        return state
+
     @staticmethod
-    def _muon(p: torch.Tensor, grad: torch.Tensor, state: dict, group: dict) -> torch.Tensor:
+    def _grad(p: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(p) if p.grad is None else p.grad
+
+    @staticmethod
+    def _apply(p: torch.Tensor, update: torch.Tensor, group: dict) -> None:
+        if group["weight_decay"]:
+            p.mul_(1 - group["lr"] * group["weight_decay"])
+        p.add_(update.to(p.dtype), alpha=-group["lr"])
+
+    def _muon_group(self, group: dict) -> None:
+        """Muon on every matrix of ``group``; the Newton–Schulz iterations of same-shaped
+        matrices run as one batched product (:func:`stacks`). A transformer's matrices come in a
+        few shapes, once per block, and a small model's are small: one call per matrix spent its
+        time calling, not multiplying (docs/performance.md). Each matrix is still orthogonalised
+        on its own (its norm, its products); only the calls are shared."""
+        pending = [(p, self._nesterov(p, self._grad(p), self._count_step(p), group)) for p in group["params"]]
+        for stack in stacks(pending, self.stack_bytes):
+            fan_out, fan_in = stack[0][0].shape
+            ortho = newton_schulz(torch.stack([u for _, u in stack]))
+            for (p, _), o in zip(stack, ortho.unbind(), strict=True):
+                self._apply(p, o * max(1.0, fan_out / fan_in) ** 0.5, group)
+
+    @staticmethod
+    def _nesterov(p: torch.Tensor, grad: torch.Tensor, state: dict, group: dict) -> torch.Tensor:
         beta, s = group["momentum"], int(state["step"])
         m = state.setdefault("momentum", torch.zeros_like(p))
         m.lerp_(grad, 1 - beta)
-        nesterov = beta * m / (1 - beta ** (s + 1)) + (1 - beta) * grad / (1 - beta ** s)
-        fan_out, fan_in = p.shape
-        return newton_schulz(nesterov) * max(1.0, fan_out / fan_in) ** 0.5
+        return beta * m / (1 - beta ** (s + 1)) + (1 - beta) * grad / (1 - beta ** s)
 
     @staticmethod
     def _adam(grad: torch.Tensor, state: dict, group: dict) -> torch.Tensor:
