@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "records" / "2026-12-02-toy-study-format-1-student.md"  # the record of those runs
 # (kept folder, plan, overrides, the page's section that quotes its one-training-run table)
 KEPT = [
-    ("level1-t2", "configs/study-toy-level1.yaml", ["train_seeds=[2]"], "### Training seed 2"),
+    ("level1-t2", "configs/study-toy-level1-2400.yaml", ["train_seeds=[2]"], "### Training seed 2"),
     ("level2", "configs/study-toy-level2-curriculum.yaml", [], "## Multi-step problems"),
 ]
 CELL = re.compile(r"^(\d+\.\d) \(n/a, (\d+\.\d)\)$")

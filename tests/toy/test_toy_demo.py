@@ -77,6 +77,15 @@ def test_study_configs_load(name):
     assert cfg.text.encoder == "toy:encoder" and cfg.data.source == "toy-arith"
 
 
+def test_the_one_step_study_trains_the_demos_recipe():
+    """The study's claims are about the recipe the demo trains: every setting but the evaluation's
+    is the demo's (a change to one must be made to both)."""
+    study, demo = Config.load(CONFIGS / "toy-study-level1.yaml").to_dict(), demo_config().to_dict()
+    for section in ("text", "model", "flow", "loss", "data", "train", "sample"):
+        assert study[section] == demo[section], section
+    assert study["eval"]["samples"] == 3 and study["eval"]["curve_points"] == 8
+
+
 def test_demo_quick_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setenv("ELFREG_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "demo"
