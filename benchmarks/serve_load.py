@@ -16,21 +16,25 @@ request (``--max-queue`` ≥ C); what differs is how requests share network call
   still sending is waiting) and no batch is running, then run together; none joins a running
   batch.
 
-Reported per (mode, C): requests/s, answer tokens/s, p50/p99 latency (admission to answer, as
-the client sees it), and rows per network call. Texts are checked equal across modes.
+The clients run in a process of their own (one thread each), as a server's clients do; in the
+server's process their HTTP and JSON work would compete for its interpreter lock. Reported per
+(mode, C): requests/s, answer tokens/s, p50/p99 latency (admission to answer, as the client sees
+it), and rows per network call. Texts are checked equal across modes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import queue
 import random
 import statistics
 import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -114,33 +118,8 @@ def serve(model: Any, mode: str, clients: int, max_batch: int
 def load_run(model: Any, mode: str, clients: int, prompts: list[str], args: argparse.Namespace) -> dict[str, Any]:
     server, web, thread, gate = serve(model, mode, clients, args.max_batch)
     url = f"http://127.0.0.1:{web.servers[0].sockets[0].getsockname()[1]}/v1"
-    client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=3600)
-    latencies: list[float] = []
-    tokens = 0
-    texts: dict[int, str] = {}
-    lock = threading.Lock()
-
-    def one_client(c: int) -> None:
-        nonlocal tokens
-        rng = random.Random(args.seed * 1000 + c)
-        for k in range(args.requests):
-            time.sleep(rng.expovariate(1 / args.think) if args.think > 0 else 0)
-            rid = c * args.requests + k
-            t0 = time.monotonic()
-            out = client.completions.create(model="bench", prompt=prompts[rid % len(prompts)], seed=rid,
-                                            extra_body={"nfe": args.nfe, "sampler": args.sampler})
-            with lock:
-                latencies.append(time.monotonic() - t0)
-                tokens += out.usage.completion_tokens
-                texts[rid] = out.choices[0].text
-        if gate is not None:
-            gate.client_done()
-
     calls0, rows0 = server.batcher.stats.calls, server.batcher.stats.rows
-    t0 = time.monotonic()
-    with ThreadPoolExecutor(clients) as pool:
-        list(pool.map(one_client, range(clients)))
-    wall = time.monotonic() - t0
+    latencies, tokens, texts, wall = run_clients(url, clients, prompts, args, gate)
     calls, rows = server.batcher.stats.calls - calls0, server.batcher.stats.rows - rows0
     web.should_exit = True
     thread.join()
@@ -151,6 +130,73 @@ def load_run(model: Any, mode: str, clients: int, prompts: list[str], args: argp
             "p50_s": statistics.median(lat), "p99_s": lat[min(len(lat) - 1, round(0.99 * (len(lat) - 1)))],
             "rows_per_call": rows / calls if calls else 0.0, "network_calls": calls, "texts": texts}
 
+
+def run_clients(url: str, clients: int, prompts: list[str], args: argparse.Namespace, gate: StaticGate | None
+                ) -> tuple[list[float], int, dict[int, str], float]:
+    """The clients' latencies, answer tokens, texts (by request id) and wall seconds from the
+    first request's start to the last answer. They run in a process of their own, as a server's
+    clients do: in the server's process their HTTP and JSON work would take its interpreter lock
+    from the requests it serves. A client that has sent its last request is reported back at
+    once (the static gate stops waiting for it)."""
+    context = multiprocessing.get_context("spawn")
+    finished = context.Queue()
+    settings = {k: getattr(args, k) for k in ("requests", "think", "nfe", "sampler", "seed")}
+    with ProcessPoolExecutor(1, mp_context=context, initializer=_hand_over, initargs=(finished,)) as pool:
+        future = pool.submit(_clients, url, clients, prompts, settings)
+        reported = 0
+        while reported < clients:
+            try:
+                finished.get(timeout=0.5)
+            except queue.Empty:
+                if future.done():
+                    return future.result()  # the clients' process failed: raises its error
+                continue
+            reported += 1
+            if gate is not None:
+                gate.client_done()
+        return future.result()
+
+
+_finished: Any = None
+"""In the clients' process: where each client reports that it has sent its last request."""
+
+
+def _hand_over(finished: Any) -> None:
+    global _finished
+    _finished = finished
+
+
+def _clients(url: str, clients: int, prompts: list[str], settings: dict[str, Any]
+             ) -> tuple[list[float], int, dict[int, str], float]:
+    """In the clients' process: ``clients`` threads of the ``openai`` client, each sending its
+    requests one after another with Poisson arrivals (module docstring)."""
+    client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=3600)
+    latencies: list[float] = []
+    tokens = 0
+    texts: dict[int, str] = {}
+    lock = threading.Lock()
+
+    def one_client(c: int) -> None:
+        nonlocal tokens
+        rng = random.Random(settings["seed"] * 1000 + c)
+        try:
+            for k in range(settings["requests"]):
+                time.sleep(rng.expovariate(1 / settings["think"]) if settings["think"] > 0 else 0)
+                rid = c * settings["requests"] + k
+                t0 = time.monotonic()
+                out = client.completions.create(model="bench", prompt=prompts[rid % len(prompts)], seed=rid,
+                                                extra_body={"nfe": settings["nfe"], "sampler": settings["sampler"]})
+                with lock:
+                    latencies.append(time.monotonic() - t0)
+                    tokens += out.usage.completion_tokens
+                    texts[rid] = out.choices[0].text
+        finally:
+            _finished.put(c)
+
+    start = time.monotonic()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(one_client, range(clients)))
+    return latencies, tokens, texts, time.monotonic() - start
 
 
 def b_random_checkpoint(folder: Path) -> Path:
