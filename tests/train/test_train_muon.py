@@ -126,12 +126,10 @@ def test_a_stack_orthogonalises_each_matrix_on_its_own():
 def test_stacks_group_by_shape_in_order_and_hold_at_most_their_bytes():
     ps = [torch.zeros(4, 8), torch.zeros(8, 4), torch.zeros(4, 8), torch.zeros(4, 8),
           torch.zeros(2, 2, dtype=torch.float64)]
-    pending = [(p, p.clone()) for p in ps]
-    assert [[id(p) for p, _ in s] for s in stacks(pending)] == [[id(ps[0]), id(ps[2]), id(ps[3])], [id(ps[1])],
-                                                                 [id(ps[4])]]
-    capped = stacks(pending, max_bytes=2 * 4 * 8 * 4)  # two 4x8 fp32 matrices a stack
+    assert [[id(p) for p in s] for s in stacks(ps)] == [[id(ps[0]), id(ps[2]), id(ps[3])], [id(ps[1])], [id(ps[4])]]
+    capped = stacks(ps, max_bytes=2 * 4 * 8 * 4)  # two 4x8 fp32 matrices a stack
     assert [len(s) for s in capped] == [2, 1, 1, 1]
-    assert [len(s) for s in stacks(pending, max_bytes=0)] == [1] * 5  # one call per matrix
+    assert [len(s) for s in stacks(ps, max_bytes=0)] == [1] * 5  # one call per matrix
 
 
 @pytest.mark.parametrize("stack_bytes", [0, 4 * 6 * 4 * 2])  # one matrix a call; two a call

@@ -52,17 +52,15 @@ STACK_BYTES = 16 * 2**20
 sharing a call; large ones keep the cores busy alone and would only hold more memory at once."""
 
 
-def stacks(pending: list[tuple[torch.Tensor, torch.Tensor]], max_bytes: int = STACK_BYTES
-           ) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
-    """(parameter, update) pairs grouped by the update's shape, dtype and device, groups in
-    first-seen order, each cut into stacks of at most ``max_bytes`` of updates (a larger matrix
-    is a stack of its own)."""
-    groups: dict[tuple, list] = {}
-    for p, u in pending:
-        groups.setdefault((tuple(u.shape), u.dtype, u.device), []).append((p, u))
+def stacks(params: list[torch.Tensor], max_bytes: int = STACK_BYTES) -> list[list[torch.Tensor]]:
+    """``params`` grouped by shape, dtype and device, groups in first-seen order, each cut into
+    stacks of at most ``max_bytes`` (a larger matrix is a stack of its own)."""
+    groups: dict[tuple, list[torch.Tensor]] = {}
+    for p in params:
+        groups.setdefault((tuple(p.shape), p.dtype, p.device), []).append(p)
     out = []
     for items in groups.values():
-        per_stack = max(1, max_bytes // (items[0][1].numel() * items[0][1].element_size()))
+        per_stack = max(1, max_bytes // (items[0].numel() * items[0].element_size()))
         out += [items[i:i + per_stack] for i in range(0, len(items), per_stack)]
     return out
 
@@ -117,14 +115,15 @@ class ElfMuon(torch.optim.Optimizer):
     def _muon_group(self, group: dict) -> None:
         """Muon on every matrix of ``group``; the Newton–Schulz iterations of same-shaped
         matrices run as one batched product (:func:`stacks`). A transformer's matrices come in a
-        few shapes, once per block, and a small model's are small: one call per matrix spent its
-        time calling, not multiplying (docs/performance.md). Each matrix is still orthogonalised
-        on its own (its norm, its products); only the calls are shared."""
-        pending = [(p, self._nesterov(p, self._grad(p), self._count_step(p), group)) for p in group["params"]]
-        for stack in stacks(pending, self.stack_bytes):
-            fan_out, fan_in = stack[0][0].shape
-            ortho = newton_schulz(torch.stack([u for _, u in stack]))
-            for (p, _), o in zip(stack, ortho.unbind(), strict=True):
+        few shapes, once per block, and a small model's are small: alone, each product left the
+        second core mostly idle (docs/performance.md). Each matrix is still orthogonalised on
+        its own (its norm, its products); only the calls are shared. Updates are made a stack at
+        a time, so at most one stack of them is held at once."""
+        for stack in stacks(group["params"], self.stack_bytes):
+            updates = [self._nesterov(p, self._grad(p), self._count_step(p), group) for p in stack]
+            fan_out, fan_in = stack[0].shape
+            ortho = newton_schulz(torch.stack(updates))
+            for p, o in zip(stack, ortho.unbind(), strict=True):
                 self._apply(p, o * max(1.0, fan_out / fan_in) ** 0.5, group)
 
     @staticmethod
