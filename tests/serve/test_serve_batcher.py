@@ -1,6 +1,5 @@
-"""BatchedNetwork: concurrent samplers' calls merged into shared network calls (and their prompt
-encodings into shared encoder calls), each caller given exactly its own rows, never more than
-max_batch rows a call, cancellation before the network."""
+"""BatchedNetwork: concurrent samplers' calls merged into shared network calls, each caller given
+exactly its own rows, never more than max_batch rows a call, cancellation before the network."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ import pytest
 import torch
 
 from elfreg.serve.batcher import BatchedNetwork, RequestCancelled
-from elfreg.text.canvas import Canvas
 
 
 class RowStub:
@@ -171,65 +169,3 @@ def test_a_cancelled_session_stops_before_the_network_and_errors_reach_every_cal
 def test_max_batch_must_be_positive():
     with pytest.raises(ValueError, match="max_batch must be at least 1"):
         BatchedNetwork(RowStub(), max_batch=0)
-
-
-class GatedEncoder:
-    """A prompt encoder whose states of a row depend on its tokens only (each position's token id
-    in every feature); its first call holds until ``release`` is set. Records its calls' rows."""
-
-    def __init__(self):
-        self.calls: list[int] = []
-        self.entered, self.release = threading.Event(), threading.Event()
-
-    def encode_canvas(self, canvas: Canvas) -> torch.Tensor:
-        if not self.entered.is_set():
-            self.entered.set()
-            self.release.wait(30)
-        self.calls.append(canvas.tokens.shape[0])
-        return canvas.tokens.float()[..., None].expand(-1, -1, 4).clone()
-
-
-def _canvas(rows: int, seed: int, length: int = 6) -> Canvas:
-    tokens = torch.randint(0, 50, (rows, length), generator=torch.Generator().manual_seed(seed))
-    prompt = torch.arange(length)[None, :] < 2
-    return Canvas(tokens, prompt.expand(rows, -1), ~prompt.expand(rows, -1),
-                  torch.zeros(rows, length, dtype=torch.bool), torch.full((rows,), 2))
-
-
-def test_prompt_encodings_queued_together_share_one_encoder_call_and_no_network_count():
-    encoder, calls = GatedEncoder(), []
-    net = BatchedNetwork(RowStub(), max_batch=8, linger_s=5.0, on_call=calls.append, encoder=encoder)
-    out: dict[int, torch.Tensor] = {}
-
-    def encode(k: int, rows: int, length: int = 6) -> None:
-        with net.session():
-            out[k] = net.encode_canvas(_canvas(rows, k, length))
-
-    threads = [threading.Thread(target=encode, args=(0, 1))]
-    threads[0].start()
-    assert encoder.entered.wait(30)  # the encoder is busy with the first request's prompt
-    for queued, args in enumerate(((1, 2), (2, 3), (3, 2, 9), (4, 5)), start=1):  # queued in this order
-        threads.append(threading.Thread(target=encode, args=args))
-        threads[-1].start()
-        deadline = time.monotonic() + 30
-        while net.queued_calls < queued and time.monotonic() < deadline:
-            time.sleep(0.005)
-    encoder.release.set()
-    for t in threads:
-        t.join(30)
-    net.close()
-    # 2 + 3 rows share a call (5 more would exceed max_batch 8); the 9-long canvas is not merged
-    assert encoder.calls == [1, 5, 2, 5]
-    for k, rows, length in ((0, 1, 6), (1, 2, 6), (2, 3, 6), (3, 2, 9), (4, 5, 6)):
-        want = _canvas(rows, k, length).tokens.float()[..., None].expand(-1, -1, 4)
-        torch.testing.assert_close(out[k], want, rtol=0, atol=0)
-    assert calls == [] and net.stats.calls == 0 and net.stats.merged_calls == 0  # the network's counts only
-
-
-def test_encoding_needs_an_encoder():
-    net = BatchedNetwork(RowStub(), max_batch=4)
-    try:
-        with pytest.raises(RuntimeError, match="without an encoder"):
-            net.encode_canvas(_canvas(1, 0))
-    finally:
-        net.close()

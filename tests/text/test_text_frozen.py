@@ -218,16 +218,3 @@ def test_without_prompt_moves_the_answer_to_the_start_and_back_to_canvas_undoes_
     back = back_to_canvas(values, c.prompt_lens)
     assert back[0, :, 0].tolist() == [0, 0] + list(range(8))
     assert back[1, :, 0].tolist() == [0] * 4 + list(range(10, 16)) and torch.equal(back[2], values[2])
-
-
-def test_canvases_concatenate_row_by_row_and_slice_back(tok):
-    from elfreg.text.canvas import Canvas
-
-    builder = CanvasBuilder(tok, canvas_len=10, prompt_cap=5)
-    a, b = builder.build(["ab", "abcd"]), builder.build(["x"])
-    both = Canvas.cat([a, b])
-    whole = builder.build(["ab", "abcd", "x"])
-    for got, want in zip(both._fields(), whole._fields(), strict=True):
-        assert torch.equal(got, want)
-    for got, want in zip(both.select(slice(2, 3))._fields(), b._fields(), strict=True):
-        assert torch.equal(got, want)

@@ -97,8 +97,7 @@ class Server:
         # the network generate() would build for this checkpoint, shared by every request
         student_net = StudentNetwork(models.student, use_bf16(device, models.precision), eos_id=eos)
         self.metrics = Metrics(lambda: (self.batcher.queued_calls, self.batcher.active_sessions))
-        self.batcher = BatchedNetwork(student_net, settings.max_batch, settings.linger_s, self.metrics.on_call,
-                                      encoder=models.frozen.encoder)
+        self.batcher = BatchedNetwork(student_net, settings.max_batch, settings.linger_s, self.metrics.on_call)
         self.workers = ThreadPoolExecutor(max_workers=settings.max_queue, thread_name_prefix="elfreg-request")
         self._admitted = 0
         self._lock = threading.Lock()
@@ -135,12 +134,11 @@ class Server:
 
     def run(self, prompts: list[str], sample: SampleConfig, req: CompletionRequest | ChatRequest,
             cancel: threading.Event) -> list[GenerationResult]:
-        """``generate`` for one request, through the batched network (a worker thread). The
-        prompts' states come from the batcher too: its ``encode_canvas`` encodes them with other
-        requests' in shared calls of the frozen encoder."""
+        """``generate`` for one request, through the batched network (a worker thread)."""
         models = self.model.models
-        frozen = dataclasses.replace(models.frozen, encoder=self.batcher,
-                                     canvas=_Serialised(models.frozen.canvas, self._encode_lock, ("build",)))
+        frozen = dataclasses.replace(models.frozen,
+                                     canvas=_Serialised(models.frozen.canvas, self._encode_lock, ("build",)),
+                                     encoder=_Serialised(models.frozen.encoder, self._encode_lock, ("encode_canvas",)))
         with self.batcher.session(cancel):
             return generate(self.batcher, prompts, sample, frozen_text=frozen, flow=models.config.flow,
                             samples=req.n, seed=req.seed, batch_size=self.settings.max_batch,
@@ -174,9 +172,9 @@ class Server:
 
 
 class _Serialised:
-    """``target`` with the methods named in ``methods`` called one thread at a time: a fast
-    tokenizer is not thread-safe (it fails with "Already borrowed"). The frozen encoder, which
-    reads its layers through hooks into one dict, runs only in the batcher's thread."""
+    """``target`` with the methods named in ``methods`` called one thread at a time: the prompt
+    side is not thread-safe (a fast tokenizer fails with "Already borrowed"; the frozen encoder
+    reads its layers through hooks into one dict)."""
 
     def __init__(self, target: Any, lock: threading.Lock, methods: tuple[str, ...]):
         self._target, self._lock, self._methods = target, lock, methods

@@ -1,6 +1,5 @@
 """Continuous batching across denoising steps: the network calls of concurrent samplers merged
-into shared calls of one network, and their prompt encodings into shared calls of the frozen
-encoder.
+into shared calls of one network.
 
 Every row of an elfreg batch carries its own time t, SC-CFG scale w and canvas, so rows at
 different points of different trajectories (other samplers, other NFE budgets) can share one
@@ -9,10 +8,7 @@ threads sample through at once, each running the ordinary sampler (:func:`elfreg
 unchanged: a ``denoise`` or ``decode`` call from a thread is queued, and one scheduler thread
 runs the queued calls of compatible shape together, up to ``max_batch`` rows per network call,
 then hands each thread its own rows of the result. A request joins at the next call after it
-starts sampling and leaves after its decode; nobody waits for a batch to fill. Given the frozen
-encoder, :meth:`BatchedNetwork.encode_canvas` does the same for the prompts' states: a request's
-prompts are encoded together with those of requests arriving at the same time, in the scheduler's
-thread (one row at a time, the encoder's per-call cost was paid by every request alone).
+starts sampling and leaves after its decode; nobody waits for a batch to fill.
 
 Contract:
 
@@ -24,8 +20,8 @@ Contract:
   ``linger_s`` since it arrived or since the last network call ended, whichever is later (a
   sampling thread busy elsewhere, encoding its next batch's prompts say, holds the others back
   by at most that); a thread still encoding its first prompts is not waited for;
-- calls are merged only when their kind and non-batch shapes agree (canvas length, REG on or
-  off); a call of more than ``max_batch`` rows runs in chunks of ``max_batch``;
+- calls are merged only when their non-batch shapes agree (canvas length, REG on or off); a
+  call of more than ``max_batch`` rows runs in chunks of ``max_batch``;
 - :meth:`BatchedNetwork.session` marks a sampling thread; its ``cancel`` event, once set, makes
   the thread's next call raise :class:`RequestCancelled` (its rows never reach the network);
 - an exception in a merged call is raised in every thread whose rows were in it.
@@ -38,27 +34,20 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from ..sampling.network import Network
-from ..text.canvas import Canvas
 
 
 class RequestCancelled(RuntimeError):
     """The request's client went away; its sampling stopped before its next network call."""
 
 
-class PromptEncoder(Protocol):
-    """What encodes prompts into states (:class:`~elfreg.text.frozen.FrozenEncoder`)."""
-
-    def encode_canvas(self, canvas: Canvas) -> torch.Tensor: ...
-
-
 @dataclass(eq=False)
 class _Call:
-    kind: str  # "denoise", "decode" or "encode"
+    kind: str  # "denoise" or "decode"
     args: tuple[Any, ...]  # the Network method's arguments, batch first where a tensor
     rows: int
     shape_key: tuple
@@ -87,41 +76,24 @@ class BatchStats:
 
 def _shape_key(kind: str, args: tuple[Any, ...]) -> tuple:
     """What must agree for two calls to share one: kind, the canvas length, REG present or not."""
-    if kind == "encode":
-        return (kind, args[0].tokens.shape[1])
     x = args[0]
     optional = args[5:7] if kind == "denoise" else args[2:3]
     return (kind, tuple(x.shape[1:]), x.dtype, tuple(a is None for a in optional))
 
 
-def _rows(batch: torch.Tensor | Canvas) -> int:
-    return batch.tokens.shape[0] if isinstance(batch, Canvas) else batch.shape[0]
-
-
 def _cat(parts: list[Any]) -> Any:
-    if parts[0] is None:
-        return None
-    return Canvas.cat(parts) if isinstance(parts[0], Canvas) else torch.cat(parts)
-
-
-def _slice(batch: Any, part: slice) -> Any:
-    if batch is None:
-        return None
-    return batch.select(part) if isinstance(batch, Canvas) else batch[part]
+    return None if parts[0] is None else torch.cat(parts)
 
 
 class BatchedNetwork:
     """A :class:`~elfreg.sampling.network.Network` shared by sampling threads, whose calls are
-    merged (module docstring). ``on_call(rows)`` is told the rows of every network call made
-    (not of the encoder's). ``encoder``, when given, is the frozen encoder whose
-    :meth:`encode_canvas` calls are merged too."""
+    merged (module docstring). ``on_call(rows)`` is told the rows of every network call made."""
 
     def __init__(self, net: Network, max_batch: int = 32, linger_s: float = 0.02,
-                 on_call: Callable[[int], None] | None = None, encoder: PromptEncoder | None = None):
+                 on_call: Callable[[int], None] | None = None):
         if max_batch < 1:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
         self.net = net
-        self.encoder = encoder
         self.reg_dim = net.reg_dim
         self.device = getattr(net, "device", torch.device("cpu"))
         self.max_batch = max_batch
@@ -176,14 +148,6 @@ class BatchedNetwork:
                w: torch.Tensor) -> torch.Tensor:
         return self._submit("decode", (x, prompt_mask, reg, w))
 
-    def encode_canvas(self, canvas: Canvas) -> torch.Tensor:
-        """The encoder's states of ``canvas`` (B, L, d), computed with other threads' prompts in
-        one call of the encoder; this thread's rows, as a call of its rows alone would give them
-        up to the float rounding a different batch shape may bring."""
-        if self.encoder is None:
-            raise RuntimeError("this batched network was made without an encoder")
-        return self._submit("encode", (canvas,))
-
     def close(self) -> None:
         """Stop the scheduler; calls still queued fail with RuntimeError."""
         with self._cond:
@@ -197,7 +161,7 @@ class BatchedNetwork:
             session = _Session(threading.Event())  # a caller outside a session is never waited for
         if session.cancel.is_set():
             raise RequestCancelled("the request was cancelled")
-        call = _Call(kind, args, _rows(args[0]), _shape_key(kind, args), session)
+        call = _Call(kind, args, args[0].shape[0], _shape_key(kind, args), session)
         with self._cond:
             if self._closed:
                 raise RuntimeError("the batched network is closed")
@@ -275,26 +239,18 @@ class BatchedNetwork:
 
     def _merged(self, calls: list[_Call]) -> Any:
         args = tuple(_cat([c.args[i] for c in calls]) for i in range(len(calls[0].args)))
-        total = _rows(args[0])
-        kind = calls[0].kind
-        if kind == "encode":  # not a network call: the statistics and metrics count those
-            method, count = self.encoder.encode_canvas, None
-        else:
-            method, count = (self.net.denoise if kind == "denoise" else self.net.decode), self._count
+        total = args[0].shape[0]
+        method = self.net.denoise if calls[0].kind == "denoise" else self.net.decode
         chunks = []
         for lo in range(0, total, self.max_batch):  # one caller's call may exceed max_batch
-            part = tuple(_slice(a, slice(lo, lo + self.max_batch)) for a in args)
+            part = tuple(None if a is None else a[lo:lo + self.max_batch] for a in args)
             chunks.append(method(*part))
-            if count is not None:
-                count(_rows(part[0]))
-        if count is not None:
-            self.stats.merged_calls += len(calls)
+            rows = part[0].shape[0]
+            self.stats.calls += 1
+            self.stats.rows += rows
+            if self.on_call is not None:
+                self.on_call(rows)
+        self.stats.merged_calls += len(calls)
         if isinstance(chunks[0], tuple):
             return tuple(_cat([c[i] for c in chunks]) for i in range(len(chunks[0])))
         return torch.cat(chunks)
-
-    def _count(self, rows: int) -> None:
-        self.stats.calls += 1
-        self.stats.rows += rows
-        if self.on_call is not None:
-            self.on_call(rows)

@@ -58,14 +58,9 @@ class Canvas:
     def to(self, device: torch.device | str) -> Canvas:
         return Canvas(*(t.to(device) for t in self._fields()))
 
-    def select(self, rows: torch.Tensor | slice) -> Canvas:
+    def select(self, rows: torch.Tensor) -> Canvas:
         """The canvas of the given batch rows."""
         return Canvas(*(t[rows] for t in self._fields()))
-
-    @staticmethod
-    def cat(canvases: list[Canvas]) -> Canvas:
-        """The rows of ``canvases`` in one canvas, in order (their lengths must agree)."""
-        return Canvas(*(torch.cat(parts) for parts in zip(*(c._fields() for c in canvases), strict=True)))
 
     def without_prompt(self, eos_id: int) -> Canvas:
         """Each row's answer region moved to position 0, its prompt removed and EOS padding after:
