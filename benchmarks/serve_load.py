@@ -149,7 +149,7 @@ def run_clients(url: str, clients: int, prompts: list[str], args: argparse.Names
                 finished.get(timeout=0.5)
             except queue.Empty:
                 if future.done():
-                    return future.result()  # the clients' process failed: raises its error
+                    return future.result()  # done before its last reports came, or failed: raises
                 continue
             reported += 1
             if gate is not None:
