@@ -44,6 +44,7 @@ import uvicorn
 
 import elfreg
 from elfreg.serve.app import Server, ServeSettings, create_app
+from elfreg.serve.threads import serve_here
 from elfreg.toy import arith
 from elfreg.toy.registry import as_example
 
@@ -88,9 +89,11 @@ class StaticGate:
             self.cond.notify_all()
 
 
-def serve(model: Any, mode: str, clients: int, max_batch: int
-          ) -> tuple[Server, uvicorn.Server, threading.Thread, StaticGate | None]:
-    server = Server(model, ServeSettings(max_batch=max_batch, max_queue=max(64, clients), model_name="bench"))
+def serve(model: Any, mode: str, clients: int, max_batch: int) -> tuple[Server, uvicorn.Server, StaticGate | None]:
+    """The server of one mode, its network calls to be made by ``serve_here`` on the main
+    thread, as ``elfreg serve`` makes them."""
+    server = Server(model, ServeSettings(max_batch=max_batch, max_queue=max(64, clients), model_name="bench",
+                                         batcher_thread=False))
     run = server.run
     gate = None
     if mode == "one-at-a-time":
@@ -108,22 +111,30 @@ def serve(model: Any, mode: str, clients: int, max_batch: int
                 return run(*args)
         server.run = static
     web = uvicorn.Server(uvicorn.Config(create_app(server), host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=web.run, daemon=True)
-    thread.start()
-    while not web.started:
-        time.sleep(0.01)
-    return server, web, thread, gate
+    return server, web, gate
 
 
 def load_run(model: Any, mode: str, clients: int, prompts: list[str], args: argparse.Namespace) -> dict[str, Any]:
-    server, web, thread, gate = serve(model, mode, clients, args.max_batch)
-    url = f"http://127.0.0.1:{web.servers[0].sockets[0].getsockname()[1]}/v1"
-    calls0, rows0 = server.batcher.stats.calls, server.batcher.stats.rows
-    latencies, tokens, texts, wall = run_clients(url, clients, prompts, args, gate)
-    calls, rows = server.batcher.stats.calls - calls0, server.batcher.stats.rows - rows0
-    web.should_exit = True
-    thread.join()
-    server.close()
+    server, web, gate = serve(model, mode, clients, args.max_batch)
+    measured: dict[str, Any] = {}
+
+    def drive() -> None:  # the clients' run, beside the main thread's network calls
+        try:
+            while not web.started:
+                time.sleep(0.01)
+            url = f"http://127.0.0.1:{web.servers[0].sockets[0].getsockname()[1]}/v1"
+            measured["clients"] = run_clients(url, clients, prompts, args, gate)
+        finally:
+            web.should_exit = True
+
+    driver = threading.Thread(target=drive)
+    driver.start()
+    serve_here(server, web, signals=False)
+    driver.join()
+    if "clients" not in measured:
+        raise RuntimeError(f"the clients' run of {mode} at {clients} clients failed (see above)")
+    latencies, tokens, texts, wall = measured["clients"]
+    calls, rows = server.batcher.stats.calls, server.batcher.stats.rows
     lat = sorted(latencies)
     return {"mode": mode, "clients": clients, "requests": len(lat), "seconds": wall,
             "requests_per_s": len(lat) / wall, "answer_tokens_per_s": tokens / wall,

@@ -169,3 +169,76 @@ def test_a_cancelled_session_stops_before_the_network_and_errors_reach_every_cal
 def test_max_batch_must_be_positive():
     with pytest.raises(ValueError, match="max_batch must be at least 1"):
         BatchedNetwork(RowStub(), max_batch=0)
+
+
+class ThreadRecordingStub(RowStub):
+    """A RowStub that records which thread made each network call."""
+
+    def __init__(self):
+        super().__init__()
+        self.threads: set[int] = set()
+
+    def denoise(self, *args):
+        self.threads.add(threading.get_ident())
+        return super().denoise(*args)
+
+
+def test_without_its_own_thread_the_calls_run_on_the_thread_that_runs_the_scheduler():
+    stub = ThreadRecordingStub()
+    net = BatchedNetwork(stub, max_batch=16, linger_s=0.05, own_thread=False)
+    assert not net.owns_thread
+    out: dict[int, list] = {}
+
+    def callers() -> None:
+        try:
+            out.update(_threads(net, [(seed, 2, 5, True) for seed in range(3)]))
+        finally:
+            net.close()  # run() below returns
+
+    side = threading.Thread(target=callers)
+    side.start()
+    net.run()  # this (main) thread makes every network call until close()
+    side.join()
+    assert stub.threads == {threading.get_ident()} and sum(stub.calls) == 3 * 2 * 3
+    for k in range(3):
+        z, _, t, w, _, r, _ = _inputs(2, k)
+        torch.testing.assert_close(out[k][-1][0], 2 * z + (t * w)[:, None, None], rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="closed"):
+        net.denoise(*_inputs(1, 0))
+
+
+def test_a_sampling_thread_runs_its_own_torch_work_on_one_openmp_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the suite runs on one; a limit of one must be observable
+    net = BatchedNetwork(RowStub(), max_batch=4)
+    seen = {}
+
+    def sample() -> None:
+        seen["before"] = torch.get_num_threads()
+        with net.session():
+            seen["inside"] = torch.get_num_threads()
+        seen["after"] = torch.get_num_threads()
+
+    try:
+        t = threading.Thread(target=sample)
+        t.start()
+        t.join()
+        here = torch.get_num_threads()
+    finally:
+        net.close()
+        torch.set_num_threads(threads)
+    # OpenMP's thread count is per thread: the session's limit is its own, and undone after it
+    assert seen == {"before": 2, "inside": 1, "after": 2} and here == 2
+
+
+def test_serve_here_needs_a_batcher_that_runs_on_its_caller():
+    from types import SimpleNamespace
+
+    from elfreg.serve.threads import serve_here
+
+    net = BatchedNetwork(RowStub(), max_batch=4)
+    try:
+        with pytest.raises(ValueError, match="batcher_thread=False"):
+            serve_here(SimpleNamespace(batcher=net), None)
+    finally:
+        net.close()

@@ -54,6 +54,9 @@ class ServeSettings:
     max_queue: int = 64  # requests admitted at once (running or waiting)
     model_name: str = "elfreg"
     linger_s: float = 0.02  # the longest a straggling sampler holds the others back
+    # the batcher's scheduler in a thread of its own; False: the owner runs server.batcher.run()
+    # on the thread that loaded the model (elfreg.serve.threads.serve_here, as `elfreg serve` does)
+    batcher_thread: bool = True
 
 
 # bounds that keep one request from taking the server's memory: the master grid (nfe × rho points
@@ -97,7 +100,8 @@ class Server:
         # the network generate() would build for this checkpoint, shared by every request
         student_net = StudentNetwork(models.student, use_bf16(device, models.precision), eos_id=eos)
         self.metrics = Metrics(lambda: (self.batcher.queued_calls, self.batcher.active_sessions))
-        self.batcher = BatchedNetwork(student_net, settings.max_batch, settings.linger_s, self.metrics.on_call)
+        self.batcher = BatchedNetwork(student_net, settings.max_batch, settings.linger_s, self.metrics.on_call,
+                                      own_thread=settings.batcher_thread)
         self.workers = ThreadPoolExecutor(max_workers=settings.max_queue, thread_name_prefix="elfreg-request")
         self._admitted = 0
         self._lock = threading.Lock()

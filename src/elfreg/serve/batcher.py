@@ -24,7 +24,15 @@ Contract:
   call of more than ``max_batch`` rows runs in chunks of ``max_batch``;
 - :meth:`BatchedNetwork.session` marks a sampling thread; its ``cancel`` event, once set, makes
   the thread's next call raise :class:`RequestCancelled` (its rows never reach the network);
-- an exception in a merged call is raised in every thread whose rows were in it.
+- an exception in a merged call is raised in every thread whose rows were in it;
+- the network calls run on one thread, the only one that runs torch's OpenMP team: the
+  batcher's own (``own_thread``), or the thread that calls :meth:`BatchedNetwork.run` (the
+  server's main thread, which loaded the model). Inside a session a sampling thread's own torch
+  work (its sampler's arithmetic, its prompts' encoding) runs on one OpenMP thread: with GNU
+  OpenMP every thread that starts a parallel region gets a team of its own, and once more OpenMP
+  threads exist than cores its workers stop spinning between regions, so every merged call waits
+  on futex wake-ups (a 12-row demo call took 12.4 ms instead of 8.0 ms on a thread of its own
+  beside the main thread's team; ``docs/serving.md``).
 """
 
 from __future__ import annotations
@@ -39,6 +47,20 @@ from typing import Any
 import torch
 
 from ..sampling.network import Network
+
+_openmp: Any = None  # threadpoolctl's controller of the loaded OpenMP runtimes, made on first use
+
+
+def _one_openmp_thread() -> Any:
+    """A context in which this thread's OpenMP parallel regions run on this thread alone
+    (OpenMP's thread count is a per-thread setting; torch sets it in each thread at its first
+    parallel call, so that call is made first)."""
+    global _openmp
+    if _openmp is None:
+        from threadpoolctl import ThreadpoolController
+        _openmp = ThreadpoolController()
+    torch.get_num_threads()  # torch's lazy per-thread set-up, which would undo the limit after it
+    return _openmp.limit(limits=1, user_api="openmp")
 
 
 class RequestCancelled(RuntimeError):
@@ -87,10 +109,12 @@ def _cat(parts: list[Any]) -> Any:
 
 class BatchedNetwork:
     """A :class:`~elfreg.sampling.network.Network` shared by sampling threads, whose calls are
-    merged (module docstring). ``on_call(rows)`` is told the rows of every network call made."""
+    merged (module docstring). ``on_call(rows)`` is told the rows of every network call made.
+    With ``own_thread`` the scheduler runs in a thread of its own; without, the owner calls
+    :meth:`run` on the thread that is to make the network calls."""
 
     def __init__(self, net: Network, max_batch: int = 32, linger_s: float = 0.02,
-                 on_call: Callable[[int], None] | None = None):
+                 on_call: Callable[[int], None] | None = None, own_thread: bool = True):
         if max_batch < 1:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
         self.net = net
@@ -106,8 +130,9 @@ class BatchedNetwork:
         self._cond = threading.Condition()
         self._closed = False
         self._free_since = 0.0  # when the last network call ended
-        self._thread = threading.Thread(target=self._schedule, name="elfreg-batcher", daemon=True)
-        self._thread.start()
+        self._thread = threading.Thread(target=self.run, name="elfreg-batcher", daemon=True) if own_thread else None
+        if self._thread is not None:
+            self._thread.start()
 
     # -- what the sampling threads call ---------------------------------------------------------
 
@@ -120,12 +145,18 @@ class BatchedNetwork:
         with self._cond:
             self._sessions.add(s)
         try:
-            yield s.cancel
+            with _one_openmp_thread():
+                yield s.cancel
         finally:
             self._local.session = None
             with self._cond:
                 self._sessions.discard(s)
                 self._cond.notify_all()
+
+    @property
+    def owns_thread(self) -> bool:
+        """Whether the scheduler runs in a thread of its own (else the owner calls :meth:`run`)."""
+        return self._thread is not None
 
     @property
     def queued_calls(self) -> int:
@@ -149,11 +180,12 @@ class BatchedNetwork:
         return self._submit("decode", (x, prompt_mask, reg, w))
 
     def close(self) -> None:
-        """Stop the scheduler; calls still queued fail with RuntimeError."""
+        """Stop the scheduler (:meth:`run` returns); calls still queued fail with RuntimeError."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        self._thread.join()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
 
     def _submit(self, kind: str, args: tuple[Any, ...]) -> Any:
         session = getattr(self._local, "session", None)
@@ -203,7 +235,8 @@ class BatchedNetwork:
             call.session.waiting = False
         return taken
 
-    def _schedule(self) -> None:
+    def run(self) -> None:
+        """Make the merged network calls on this thread until :meth:`close`."""
         while True:
             with self._cond:
                 while not self._closed and not self._ready(time.monotonic()):

@@ -40,12 +40,14 @@ def run(args: argparse.Namespace) -> int:
 
     from .app import Server, ServeSettings, create_app
     from .model import load
+    from .threads import serve_here
 
     if args.max_batch < 1 or args.max_queue < 1 or not 0 <= args.port < 65536 or args.graceful_timeout < 0:
         raise ValueError("--max-batch and --max-queue must be >= 1, --port in 0..65535, --graceful-timeout >= 0")
     model = load(args.checkpoint, args.revision, args.device, args.precision, use_ema=not args.raw_weights)
     name = args.model_name or Path(str(args.checkpoint)).name
-    server = Server(model, ServeSettings(max_batch=args.max_batch, max_queue=args.max_queue, model_name=name))
+    server = Server(model, ServeSettings(max_batch=args.max_batch, max_queue=args.max_queue, model_name=name,
+                                         batcher_thread=False))
     config = uvicorn.Config(create_app(server), host=args.host, port=args.port, log_level="warning",
                             timeout_graceful_shutdown=args.graceful_timeout)
     web = uvicorn.Server(config)
@@ -58,8 +60,5 @@ def run(args: argparse.Namespace) -> int:
               f"max queue {args.max_queue})", flush=True)
 
     web.startup = startup
-    try:
-        web.run()
-    finally:
-        server.close()
+    serve_here(server, web)  # HTTP in a side thread, the network calls on this one (elfreg.serve.threads)
     return 0
