@@ -19,7 +19,8 @@ request (``--max-queue`` ≥ C); what differs is how requests share network call
 The clients run in a process of their own (one thread each), as a server's clients do; in the
 server's process their HTTP and JSON work would compete for its interpreter lock. Reported per
 (mode, C): requests/s, answer tokens/s, p50/p99 latency (admission to answer, as the client sees
-it), and rows per network call. Texts are checked equal across modes.
+it), rows per network call, milliseconds per network call, and the share of the run the network
+was busy. Texts are checked equal across modes.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -51,65 +53,58 @@ from elfreg.toy.registry import as_example
 MODES = ("continuous", "one-at-a-time", "static")
 
 
-class StaticGate:
-    """Static batching: requests are released in whole batches of ``size``, one batch at a time.
-    A batch is full at ``size`` requests, or when every client still sending is waiting (the last
-    requests of a run: no more can come)."""
+class Gate:
+    """Holds submitted requests back and lets them through in whole batches of ``size``, one batch
+    at a time: static batching, or one request at a time at size 1. A batch is full at ``size``
+    requests, or when every client still sending is waiting (the last requests of a run: no more
+    can come). It never blocks: requests are released from the callbacks of finished ones."""
 
-    def __init__(self, size: int, clients: int):
-        self.size, self.clients = size, clients
-        self.cond = threading.Condition()
-        self.waiting = 0
-        self.running = 0
-        self.released = 0  # tickets left of the batch being released
+    def __init__(self, start: Callable[..., Future], size: int, clients: int):
+        self._start, self.size, self.clients = start, size, clients
+        self._lock = threading.Lock()
+        self._held: list[tuple[tuple, Future]] = []
+        self._running = 0
 
-    def __enter__(self) -> None:
-        with self.cond:
-            self.waiting += 1
-            self.cond.notify_all()
-            while True:
-                if self.released:  # a place in the batch being released
-                    self.released -= 1
-                    break
-                if self.running == 0 and self.waiting >= min(self.size, self.clients):
-                    batch = min(self.size, self.waiting)
-                    self.released, self.running = batch - 1, batch
-                    break
-                self.cond.wait()
-            self.waiting -= 1
-
-    def __exit__(self, *exc: object) -> None:
-        with self.cond:
-            self.running -= 1
-            self.cond.notify_all()
+    def submit(self, *args: Any) -> Future:
+        outer: Future = Future()
+        with self._lock:
+            self._held.append((args, outer))
+        self._release()
+        return outer
 
     def client_done(self) -> None:
-        with self.cond:
+        with self._lock:
             self.clients -= 1
-            self.cond.notify_all()
+        self._release()
+
+    def _release(self) -> None:
+        with self._lock:
+            if self._running or not self._held or len(self._held) < min(self.size, max(self.clients, 1)):
+                return
+            batch, self._held = self._held[:self.size], self._held[self.size:]
+            self._running = len(batch)
+        for args, outer in batch:
+            self._start(*args).add_done_callback(lambda inner, outer=outer: self._finished(inner, outer))
+
+    def _finished(self, inner: Future, outer: Future) -> None:
+        with self._lock:
+            self._running -= 1
+        self._release()
+        if inner.exception() is not None:
+            outer.set_exception(inner.exception())
+        else:
+            outer.set_result(inner.result())
 
 
-def serve(model: Any, mode: str, clients: int, max_batch: int) -> tuple[Server, uvicorn.Server, StaticGate | None]:
+def serve(model: Any, mode: str, clients: int, max_batch: int) -> tuple[Server, uvicorn.Server, Gate | None]:
     """The server of one mode, its network calls to be made by ``serve_here`` on the main
     thread, as ``elfreg serve`` makes them."""
     server = Server(model, ServeSettings(max_batch=max_batch, max_queue=max(64, clients), model_name="bench",
                                          batcher_thread=False))
-    run = server.run
     gate = None
-    if mode == "one-at-a-time":
-        lock = threading.Lock()
-
-        def one_at_a_time(*args: Any) -> Any:
-            with lock:
-                return run(*args)
-        server.run = one_at_a_time
-    elif mode == "static":
-        gate = StaticGate(min(clients, max_batch), clients)
-
-        def static(*args: Any) -> Any:
-            with gate:
-                return run(*args)
-        server.run = static
+    if mode != "continuous":
+        gate = Gate(server.start, 1 if mode == "one-at-a-time" else min(clients, max_batch), clients)
+        server.start = gate.submit
     web = uvicorn.Server(uvicorn.Config(create_app(server), host="127.0.0.1", port=0, log_level="warning"))
     return server, web, gate
 
@@ -134,15 +129,16 @@ def load_run(model: Any, mode: str, clients: int, prompts: list[str], args: argp
     if "clients" not in measured:
         raise RuntimeError(f"the clients' run of {mode} at {clients} clients failed (see above)")
     latencies, tokens, texts, wall = measured["clients"]
-    calls, rows = server.batcher.stats.calls, server.batcher.stats.rows
+    calls, rows, busy = server.batcher.stats.calls, server.batcher.stats.rows, server.batcher.stats.seconds
     lat = sorted(latencies)
     return {"mode": mode, "clients": clients, "requests": len(lat), "seconds": wall,
             "requests_per_s": len(lat) / wall, "answer_tokens_per_s": tokens / wall,
             "p50_s": statistics.median(lat), "p99_s": lat[min(len(lat) - 1, round(0.99 * (len(lat) - 1)))],
-            "rows_per_call": rows / calls if calls else 0.0, "network_calls": calls, "texts": texts}
+            "rows_per_call": rows / calls if calls else 0.0, "network_calls": calls,
+            "network_ms_per_call": 1e3 * busy / calls if calls else 0.0, "network_busy": busy / wall, "texts": texts}
 
 
-def run_clients(url: str, clients: int, prompts: list[str], args: argparse.Namespace, gate: StaticGate | None
+def run_clients(url: str, clients: int, prompts: list[str], args: argparse.Namespace, gate: Gate | None
                 ) -> tuple[list[float], int, dict[int, str], float]:
     """The clients' latencies, answer tokens, texts (by request id) and wall seconds from the
     first request's start to the last answer. They run in a process of their own, as a server's
@@ -275,7 +271,8 @@ def _measure(model: Any, args: argparse.Namespace) -> int:
             rows.append(r)
             print(f"{mode:14s} C={clients:3d}  {r['requests_per_s']:7.2f} req/s  "
                   f"{r['answer_tokens_per_s']:8.1f} tok/s  p50 {r['p50_s']:6.3f} s  p99 {r['p99_s']:6.3f} s  "
-                  f"rows/call {r['rows_per_call']:5.1f}", flush=True)
+                  f"rows/call {r['rows_per_call']:5.1f}  {r['network_ms_per_call']:5.1f} ms/call  "
+                  f"network busy {100 * r['network_busy']:3.0f} %", flush=True)
         same = [r for r in rows if r["clients"] == clients]
         if any(r["texts"] != same[0]["texts"] for r in same):
             print(f"texts differ between modes at C={clients}", file=sys.stderr)

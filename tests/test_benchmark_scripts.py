@@ -141,4 +141,5 @@ def test_serve_load_runs_every_mode_and_finds_their_texts_equal(served_checkpoin
     for (_, clients), r in rows.items():
         assert r["requests"] == 2 * clients and r["requests_per_s"] > 0 and r["p99_s"] >= r["p50_s"] > 0
         assert 1 <= r["rows_per_call"] <= 4
+        assert r["network_ms_per_call"] > 0 and 0 < r["network_busy"] <= 1
     assert rows[("one-at-a-time", 3)]["rows_per_call"] == 1.0  # one prompt a request, one request at a time

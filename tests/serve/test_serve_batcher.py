@@ -1,10 +1,10 @@
-"""BatchedNetwork: concurrent samplers' calls merged into shared network calls, each caller given
-exactly its own rows, never more than max_batch rows a call, cancellation before the network."""
+"""BatchedNetwork: concurrent jobs' calls merged into shared network calls, each job given exactly
+its own rows, never more than max_batch rows a call, cancellation before the network, every job's
+calls made on the scheduler's thread."""
 
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import torch
@@ -41,134 +41,133 @@ def _inputs(rows: int, seed: int, length: int = 5, reg: bool = True):
             torch.zeros(rows, length, dtype=torch.bool), torch.randn(rows, 3, generator=g) if reg else None, None)
 
 
-def _threads(net: BatchedNetwork, jobs: list[tuple], steps: int = 3) -> dict[int, list]:
-    """Each job (seed, rows, length, reg) runs ``steps`` denoise calls in its own session."""
-    out: dict[int, list] = {}
-    start = threading.Barrier(len(jobs))
-
-    def run(k: int, seed: int, rows: int, length: int, reg: bool) -> None:
+def _steps(seed: int, rows: int, length: int = 5, reg: bool = True, steps: int = 3):
+    """A job: ``steps`` denoise calls on its own inputs."""
+    def job(net):
         args = _inputs(rows, seed, length, reg)
-        with net.session():
-            start.wait()
-            out[k] = [net.denoise(*args) for _ in range(steps)]
-
-    threads = [threading.Thread(target=run, args=(k, *job)) for k, job in enumerate(jobs)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
+        return [net.denoise(*args) for _ in range(steps)]
+    return job
 
 
-def test_concurrent_callers_share_calls_and_get_exactly_their_rows():
+def _expected(seed: int, rows: int, length: int = 5, reg: bool = True):
+    z, _, t, w, _, r, _ = _inputs(rows, seed, length, reg)
+    return 2 * z + (t * w)[:, None, None], None if r is None else r + 1
+
+
+def _submit_all(net: BatchedNetwork, jobs: list) -> list:
+    """Submit every job before the scheduler may start any (so that they share calls)."""
+    with net._cond:  # the scheduler waits on this lock: it sees all jobs at once
+        return [net.submit(job) for job in jobs]
+
+
+def test_concurrent_jobs_share_calls_and_get_exactly_their_rows():
     stub = RowStub()
-    net = BatchedNetwork(stub, max_batch=16, linger_s=0.05)
+    net = BatchedNetwork(stub, max_batch=16)
     try:
-        jobs = [(seed, rows, 5, True) for seed, rows in enumerate([1, 2, 3, 4])]
-        out = _threads(net, jobs)
+        shapes = [(seed, rows) for seed, rows in enumerate([1, 2, 3, 4])]
+        futures = _submit_all(net, [_steps(seed, rows) for seed, rows in shapes])
+        out = [f.result(30) for f in futures]
     finally:
         net.close()
-    for k, (seed, rows, length, reg) in enumerate(jobs):
-        z, _, t, w, _, r, _ = _inputs(rows, seed, length, reg)
-        for x_hat, reg_hat in out[k]:
-            torch.testing.assert_close(x_hat, 2 * z + (t * w)[:, None, None], rtol=0, atol=0)
-            torch.testing.assert_close(reg_hat, r + 1, rtol=0, atol=0)
-    assert sum(stub.calls) == 30 and net.stats.merged_calls == 12
+    for (seed, rows), results in zip(shapes, out, strict=True):
+        x_hat, reg_hat = _expected(seed, rows)
+        for got_x, got_reg in results:
+            torch.testing.assert_close(got_x, x_hat, rtol=0, atol=0)
+            torch.testing.assert_close(got_reg, reg_hat, rtol=0, atol=0)
+    # every step of the four jobs ran as one call of 1 + 2 + 3 + 4 rows
+    assert stub.calls == [10, 10, 10] and net.stats.merged_calls == 12 and net.stats.rows == 30
+    assert net.stats.calls == 3 and net.stats.seconds > 0
 
 
-class GatedStub(RowStub):
-    """A RowStub whose first call holds the network until ``release`` is set."""
+def test_a_job_submitted_later_joins_at_the_next_call():
+    stub = RowStub()
+    net = BatchedNetwork(stub, max_batch=16)
+    joined = {}
 
-    def __init__(self):
-        super().__init__()
-        self.entered, self.release = threading.Event(), threading.Event()
+    def first(net_):
+        args = _inputs(2, 0)
+        out = [net_.denoise(*args)]
+        joined["late"] = net.submit(_steps(1, 3, steps=2))  # starts before the next call
+        out += [net_.denoise(*args) for _ in range(2)]
+        return out
 
-    def denoise(self, *args):
-        if not self.entered.is_set():
-            self.entered.set()
-            self.release.wait(30)
-        return super().denoise(*args)
-
-
-def test_calls_queued_while_the_network_is_busy_run_as_one_call():
-    stub = GatedStub()
-    net = BatchedNetwork(stub, max_batch=16, linger_s=5.0)
-    out: dict[int, tuple] = {}
-
-    def one_call(k: int, rows: int) -> None:
-        with net.session():
-            out[k] = net.denoise(*_inputs(rows, k))
-
-    first = threading.Thread(target=one_call, args=(0, 1))
-    first.start()
-    assert stub.entered.wait(30)  # the network is busy with the first caller's row
-    rest = [threading.Thread(target=one_call, args=(k, k + 1)) for k in (1, 2, 3)]
-    for t in rest:
-        t.start()
-    deadline = time.monotonic() + 30
-    while net.queued_calls < 3 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    stub.release.set()
-    for t in [first, *rest]:
-        t.join(30)
-    net.close()
-    # the three calls that queued meanwhile share one network call (2 + 3 + 4 rows), each exact
-    assert stub.calls == [1, 9]
-    for k in range(4):
-        z, _, t, w, _, r, _ = _inputs(k + 1, k)
-        torch.testing.assert_close(out[k][0], 2 * z + (t * w)[:, None, None], rtol=0, atol=0)
+    try:
+        head = net.submit(first)
+        head.result(30)
+        late = joined["late"].result(30)
+    finally:
+        net.close()
+    assert stub.calls == [2, 5, 5]
+    torch.testing.assert_close(late[-1][0], _expected(1, 3)[0], rtol=0, atol=0)
 
 
 def test_no_call_exceeds_max_batch_and_shapes_that_differ_are_not_merged():
     stub = RowStub()
-    net = BatchedNetwork(stub, max_batch=4, linger_s=0.05)
+    net = BatchedNetwork(stub, max_batch=4)
     try:
-        jobs = [(0, 3, 5, True), (1, 3, 5, True), (2, 6, 5, True), (3, 2, 7, True), (4, 2, 5, False)]
-        out = _threads(net, jobs, steps=2)
+        shapes = [(0, 3, 5, True), (1, 3, 5, True), (2, 6, 5, True), (3, 2, 7, True), (4, 2, 5, False)]
+        futures = _submit_all(net, [_steps(*shape, steps=2) for shape in shapes])
+        out = [f.result(30) for f in futures]
     finally:
         net.close()
     assert max(stub.calls) <= 4 and sum(stub.calls) == 2 * (3 + 3 + 6 + 2 + 2)
-    for k, (seed, rows, length, reg) in enumerate(jobs):  # a 6-row call ran as 4 + 2, still exact
-        z, _, t, w, _, r, _ = _inputs(rows, seed, length, reg)
-        torch.testing.assert_close(out[k][-1][0], 2 * z + (t * w)[:, None, None], rtol=0, atol=0)
-        assert (out[k][-1][1] is None) == (not reg)
+    for shape, results in zip(shapes, out, strict=True):  # a 6-row call ran as 4 + 2, still exact
+        x_hat, reg_hat = _expected(*shape)
+        torch.testing.assert_close(results[-1][0], x_hat, rtol=0, atol=0)
+        assert (results[-1][1] is None) == (reg_hat is None)
 
 
-def test_a_cancelled_session_stops_before_the_network_and_errors_reach_every_caller():
+def test_a_cancelled_job_stops_before_the_network_and_errors_reach_every_job():
     stub = RowStub()
     net = BatchedNetwork(stub, max_batch=8)
+    cancel = threading.Event()
+
+    def cancelled(net_):
+        net_.decode(torch.ones(2, 3, 4), torch.zeros(2, 3, dtype=torch.bool), None, torch.ones(2))
+        cancel.set()
+        return net_.denoise(*_inputs(2, 0))
+
     try:
-        cancel = threading.Event()
-        with net.session(cancel):
-            net.decode(torch.ones(2, 3, 4), torch.zeros(2, 3, dtype=torch.bool), None, torch.ones(2))
-            cancel.set()
-            with pytest.raises(RequestCancelled):
-                net.denoise(*_inputs(2, 0))
-        assert stub.calls == [2] and net.active_sessions == 0
+        with pytest.raises(RequestCancelled):
+            net.submit(cancelled, cancel).result(30)
+        assert stub.calls == [2] and net.active_jobs == 0
     finally:
         net.close()
-    failing = BatchedNetwork(RowStub(fail=True), max_batch=8, linger_s=0.05)
-    errors = []
-
-    def call(seed: int) -> None:
-        with failing.session():
-            try:
-                failing.denoise(*_inputs(2, seed))
-            except RuntimeError as err:
-                errors.append(str(err))
-
-    threads = [threading.Thread(target=call, args=(s,)) for s in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    failing.close()
+    failing = BatchedNetwork(RowStub(fail=True), max_batch=8)
+    try:
+        futures = _submit_all(failing, [_steps(seed, 2, steps=1) for seed in range(3)])
+        errors = [str(f.exception(30)) for f in futures]
+    finally:
+        failing.close()
     assert errors == ["the network failed"] * 3
 
 
-def test_max_batch_must_be_positive():
+def test_a_job_that_raises_fails_alone():
+    stub = RowStub()
+    net = BatchedNetwork(stub, max_batch=8)
+
+    def broken(net_):
+        net_.denoise(*_inputs(1, 0))
+        raise ValueError("a bad request")
+
+    try:
+        bad, good = _submit_all(net, [broken, _steps(1, 2)])
+        with pytest.raises(ValueError, match="a bad request"):
+            bad.result(30)
+        torch.testing.assert_close(good.result(30)[-1][0], _expected(1, 2)[0], rtol=0, atol=0)
+    finally:
+        net.close()
+
+
+def test_max_batch_must_be_positive_and_the_network_is_for_jobs_only():
     with pytest.raises(ValueError, match="max_batch must be at least 1"):
         BatchedNetwork(RowStub(), max_batch=0)
+    net = BatchedNetwork(RowStub())
+    try:
+        with pytest.raises(RuntimeError, match="from its jobs only"):
+            net.denoise(*_inputs(1, 0))
+    finally:
+        net.close()
 
 
 class ThreadRecordingStub(RowStub):
@@ -183,52 +182,37 @@ class ThreadRecordingStub(RowStub):
         return super().denoise(*args)
 
 
-def test_without_its_own_thread_the_calls_run_on_the_thread_that_runs_the_scheduler():
+def test_without_its_own_thread_the_jobs_run_on_the_thread_that_runs_the_scheduler():
     stub = ThreadRecordingStub()
-    net = BatchedNetwork(stub, max_batch=16, linger_s=0.05, own_thread=False)
+    net = BatchedNetwork(stub, max_batch=16, own_thread=False)
     assert not net.owns_thread
-    out: dict[int, list] = {}
+    ran_on = set()
 
-    def callers() -> None:
-        try:
-            out.update(_threads(net, [(seed, 2, 5, True) for seed in range(3)]))
-        finally:
-            net.close()  # run() below returns
+    def job(seed):
+        def run(net_):
+            ran_on.add(threading.get_ident())
+            return _steps(seed, 2)(net_)
+        return run
 
-    side = threading.Thread(target=callers)
-    side.start()
-    net.run()  # this (main) thread makes every network call until close()
-    side.join()
-    assert stub.threads == {threading.get_ident()} and sum(stub.calls) == 3 * 2 * 3
-    for k in range(3):
-        z, _, t, w, _, r, _ = _inputs(2, k)
-        torch.testing.assert_close(out[k][-1][0], 2 * z + (t * w)[:, None, None], rtol=0, atol=0)
+    futures = [net.submit(job(seed)) for seed in range(3)]  # queued before the scheduler runs
+    closer = threading.Thread(target=lambda: ([f.result(30) for f in futures], net.close()))
+    closer.start()
+    net.run()  # this (main) thread runs every job and makes every network call until close()
+    closer.join()
+    assert stub.threads == ran_on == {threading.get_ident()} and stub.calls == [6, 6, 6]
+    for seed, f in enumerate(futures):
+        torch.testing.assert_close(f.result()[-1][0], _expected(seed, 2)[0], rtol=0, atol=0)
     with pytest.raises(RuntimeError, match="closed"):
-        net.denoise(*_inputs(1, 0))
+        net.submit(_steps(0, 1))
 
 
-def test_a_sampling_thread_runs_its_own_torch_work_on_one_openmp_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)  # the suite runs on one; a limit of one must be observable
-    net = BatchedNetwork(RowStub(), max_batch=4)
-    seen = {}
-
-    def sample() -> None:
-        seen["before"] = torch.get_num_threads()
-        with net.session():
-            seen["inside"] = torch.get_num_threads()
-        seen["after"] = torch.get_num_threads()
-
-    try:
-        t = threading.Thread(target=sample)
-        t.start()
-        t.join()
-        here = torch.get_num_threads()
-    finally:
-        net.close()
-        torch.set_num_threads(threads)
-    # OpenMP's thread count is per thread: the session's limit is its own, and undone after it
-    assert seen == {"before": 2, "inside": 1, "after": 2} and here == 2
+def test_close_fails_the_jobs_not_yet_done():
+    net = BatchedNetwork(RowStub(), max_batch=4, own_thread=False)
+    parked = net.submit(_steps(0, 1))
+    net.close()
+    net.run()  # closed at once: fails what is queued
+    with pytest.raises(RuntimeError, match="closed"):
+        parked.result(5)
 
 
 def test_serve_here_needs_a_batcher_that_runs_on_its_caller():
@@ -242,3 +226,21 @@ def test_serve_here_needs_a_batcher_that_runs_on_its_caller():
             serve_here(SimpleNamespace(batcher=net), None)
     finally:
         net.close()
+
+
+def test_close_during_a_call_fails_the_jobs_at_their_next_call():
+    net = None
+
+    class ClosingStub(RowStub):
+        def denoise(self, *args):
+            net.close()  # as a SIGTERM's drain timing out would, while a call runs
+            return super().denoise(*args)
+
+    stub = ClosingStub()
+    net = BatchedNetwork(stub, max_batch=8, own_thread=False)
+    futures = [net.submit(_steps(seed, 1, steps=2)) for seed in range(2)]
+    net.run()
+    assert stub.calls == [2]
+    for f in futures:
+        with pytest.raises(RuntimeError, match="closed"):
+            f.result(5)

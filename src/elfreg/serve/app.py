@@ -8,7 +8,7 @@ Contract:
 
 - a request's answer is :func:`elfreg.sampling.generate`'s for the same prompts, seed and
   settings: each request runs ``generate`` on the checkpoint's own frozen encoder and settings,
-  in a worker thread, through the shared batched network;
+  as a job of the shared batched network (on its scheduler's thread);
 - at most ``max_queue`` requests are admitted at once; one more is answered 429 at once;
 - a bad field is answered 400 with one line naming it (OpenAI's error object); no input yields
   a 500;
@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +53,6 @@ class ServeSettings:
     max_batch: int = 32  # rows per network call
     max_queue: int = 64  # requests admitted at once (running or waiting)
     model_name: str = "elfreg"
-    linger_s: float = 0.02  # the longest a straggling sampler holds the others back
     # the batcher's scheduler in a thread of its own; False: the owner runs server.batcher.run()
     # on the thread that loaded the model (elfreg.serve.threads.serve_here, as `elfreg serve` does)
     batcher_thread: bool = True
@@ -76,7 +75,7 @@ class Metrics:
         self.in_flight = Gauge("elfreg_requests_in_flight", "requests admitted and not yet answered", registry=r)
         Gauge("elfreg_queued_calls", "sampler calls waiting for the network", registry=r).set_function(
             lambda: batcher_state()[0])
-        Gauge("elfreg_sampling_requests", "requests sampling (between their first network call and their decode)",
+        Gauge("elfreg_sampling_requests", "requests sampling (started, not yet answered by the sampler)",
               registry=r).set_function(lambda: batcher_state()[1])
         self.calls = Counter("elfreg_network_calls", "network calls made (rate: calls per second)", registry=r)
         self.rows = Histogram("elfreg_rows_per_call", "rows of each network call", registry=r,
@@ -90,7 +89,7 @@ class Metrics:
 
 
 class Server:
-    """The model, the batched network, the worker threads and the admission count."""
+    """The model, the batched network and the admission count."""
 
     def __init__(self, model: Model, settings: ServeSettings):
         self.model, self.settings = model, settings
@@ -99,10 +98,9 @@ class Server:
         eos = models.frozen.tokenizer.eos_token_id
         # the network generate() would build for this checkpoint, shared by every request
         student_net = StudentNetwork(models.student, use_bf16(device, models.precision), eos_id=eos)
-        self.metrics = Metrics(lambda: (self.batcher.queued_calls, self.batcher.active_sessions))
-        self.batcher = BatchedNetwork(student_net, settings.max_batch, settings.linger_s, self.metrics.on_call,
+        self.metrics = Metrics(lambda: (self.batcher.queued_calls, self.batcher.active_jobs))
+        self.batcher = BatchedNetwork(student_net, settings.max_batch, self.metrics.on_call,
                                       own_thread=settings.batcher_thread)
-        self.workers = ThreadPoolExecutor(max_workers=settings.max_queue, thread_name_prefix="elfreg-request")
         self._admitted = 0
         self._lock = threading.Lock()
         self._encode_lock = threading.Lock()  # a fast tokenizer is not safe to call from two threads at once
@@ -136,17 +134,22 @@ class Server:
                              "sc_cfg")
         return sample
 
+    def start(self, prompts: list[str], sample: SampleConfig, req: CompletionRequest | ChatRequest,
+              cancel: threading.Event) -> Future:
+        """Submit one request to the batched network; its future holds :meth:`run`'s results."""
+        return self.batcher.submit(lambda _net: self.run(prompts, sample, req, cancel), cancel)
+
     def run(self, prompts: list[str], sample: SampleConfig, req: CompletionRequest | ChatRequest,
             cancel: threading.Event) -> list[GenerationResult]:
-        """``generate`` for one request, through the batched network (a worker thread)."""
+        """``generate`` for one request, through the batched network (a job of it)."""
         models = self.model.models
+        # the tokenizer is shared with the HTTP thread (usage counts, stops), and a fast tokenizer
+        # fails with "Already borrowed" when two threads use it at once
         frozen = dataclasses.replace(models.frozen,
-                                     canvas=_Serialised(models.frozen.canvas, self._encode_lock, ("build",)),
-                                     encoder=_Serialised(models.frozen.encoder, self._encode_lock, ("encode_canvas",)))
-        with self.batcher.session(cancel):
-            return generate(self.batcher, prompts, sample, frozen_text=frozen, flow=models.config.flow,
-                            samples=req.n, seed=req.seed, batch_size=self.settings.max_batch,
-                            record_every=req.readouts, progress=False)
+                                     canvas=_Serialised(models.frozen.canvas, self._encode_lock, ("build",)))
+        return generate(self.batcher, prompts, sample, frozen_text=frozen, flow=models.config.flow,
+                        samples=req.n, seed=req.seed, batch_size=self.settings.max_batch,
+                        record_every=req.readouts, progress=False)
 
     def choices(self, results: list[GenerationResult], req: CompletionRequest | ChatRequest) -> list[Choice]:
         tok = self.model.models.frozen.tokenizer
@@ -171,14 +174,11 @@ class Server:
             return sum(len(self.model.models.frozen.tokenizer.encode(p, add_special_tokens=False)) for p in prompts)
 
     def close(self) -> None:
-        self.workers.shutdown(wait=True)
         self.batcher.close()
 
 
 class _Serialised:
-    """``target`` with the methods named in ``methods`` called one thread at a time: the prompt
-    side is not thread-safe (a fast tokenizer fails with "Already borrowed"; the frozen encoder
-    reads its layers through hooks into one dict)."""
+    """``target`` with the methods named in ``methods`` called one thread at a time."""
 
     def __init__(self, target: Any, lock: threading.Lock, methods: tuple[str, ...]):
         self._target, self._lock, self._methods = target, lock, methods
@@ -266,7 +266,7 @@ async def _answer(server: Server, request: Request, req: CompletionRequest | Cha
     started = time.monotonic()
     cancel = threading.Event()
     loop = asyncio.get_running_loop()
-    future = loop.run_in_executor(server.workers, server.run, prompts, sample, req, cancel)
+    started_job = server.start(prompts, sample, req, cancel)
     released = False
 
     def done() -> None:
@@ -276,9 +276,9 @@ async def _answer(server: Server, request: Request, req: CompletionRequest | Cha
             server.release()
             server.metrics.latency.labels(route).observe(time.monotonic() - started)
 
-    future.add_done_callback(lambda _f: loop.call_soon_threadsafe(done))
+    started_job.add_done_callback(lambda _f: loop.call_soon_threadsafe(done))
     try:
-        results = await _unless_disconnected(future, request, cancel)
+        results = await _unless_disconnected(asyncio.wrap_future(started_job), request, cancel)
     except (ValueError, ConfigError) as err:  # generate refused the request's settings
         server.metrics.requests.labels(route, "400").inc()
         return JSONResponse(error_body(" ".join(str(err).split())), status_code=400)
