@@ -1,10 +1,11 @@
-"""Where ``elfreg serve``'s work runs: the HTTP server (uvicorn) in a side thread, the merged
-network calls on the main thread, the thread that loaded the model.
+"""Where ``elfreg serve``'s work runs: the HTTP server (uvicorn) in a side thread; the requests
+(greenlet jobs of :class:`~elfreg.serve.batcher.BatchedNetwork`) and the merged network calls on
+the main thread, the thread that loaded the model.
 
-Why: torch's OpenMP team belongs to the thread that starts a parallel region, and the main
-thread's team exists once the model is loaded. A scheduler on another thread gets a second team;
-with more OpenMP threads than cores GNU OpenMP's workers stop spinning between regions, and every
-merged call pays for waking them (:mod:`elfreg.serve.batcher`; measured in docs/serving.md).
+Why the main thread: torch's OpenMP team belongs to the thread that starts a parallel region, and
+the main thread's team exists once the model is loaded. A scheduler on another thread gets a
+second team; with more OpenMP threads than cores GNU OpenMP's workers stop spinning between
+regions, and every merged call pays for waking them (measured in docs/serving.md).
 
 SIGTERM and SIGINT are taken on the main thread and handed to uvicorn as its own handlers would
 take them: stop taking requests, finish those in flight within uvicorn's graceful timeout (a
