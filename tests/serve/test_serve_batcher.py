@@ -244,3 +244,15 @@ def test_close_during_a_call_fails_the_jobs_at_their_next_call():
     for f in futures:
         with pytest.raises(RuntimeError, match="closed"):
             f.result(5)
+
+
+def test_a_job_whose_future_is_cancelled_before_it_starts_never_runs():
+    stub = RowStub()
+    net = BatchedNetwork(stub, max_batch=8, own_thread=False)
+    dropped, kept = net.submit(_steps(0, 1)), net.submit(_steps(1, 2))
+    assert dropped.cancel()  # still waiting: the caller gave up (an asyncio wrapper's cancel)
+    kept.add_done_callback(lambda _f: net.close())
+    net.run()
+    assert dropped.cancelled() and stub.calls == [2, 2, 2]
+    assert not kept.cancel()  # once started a job's future cannot be cancelled under it
+    torch.testing.assert_close(kept.result()[-1][0], _expected(1, 2)[0], rtol=0, atol=0)

@@ -233,3 +233,14 @@ def test_a_full_queue_answers_429_at_once_and_a_disconnect_cancels(served_checkp
     finally:
         release.set()
         r.stop()
+
+
+def test_a_request_that_arrives_while_the_server_stops_is_answered_503(served_checkpoint):
+    r = Running(served_checkpoint, max_batch=8, max_queue=4)
+    try:
+        r.server.batcher.close()  # as at the end of a drain, with the HTTP side still up
+        reply = _post(r.url, "/v1/completions", {"prompt": PROMPTS[0]})
+        assert reply.status_code == 503 and reply.json()["error"]["type"] == "unavailable"
+        assert r.server.metrics.in_flight._value.get() == 0  # its admission was given back
+    finally:
+        r.stop()

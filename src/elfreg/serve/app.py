@@ -266,7 +266,12 @@ async def _answer(server: Server, request: Request, req: CompletionRequest | Cha
     started = time.monotonic()
     cancel = threading.Event()
     loop = asyncio.get_running_loop()
-    started_job = server.start(prompts, sample, req, cancel)
+    try:
+        started_job = server.start(prompts, sample, req, cancel)
+    except RuntimeError:  # the batched network is closed: the server is stopping
+        server.release()
+        server.metrics.requests.labels(route, "503").inc()
+        return JSONResponse(error_body("the server is shutting down", kind="unavailable"), status_code=503)
     released = False
 
     def done() -> None:

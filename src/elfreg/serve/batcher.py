@@ -26,7 +26,8 @@ Contract:
   call of more than ``max_batch`` rows runs in chunks of ``max_batch``; the oldest parked call
   goes first, so no job starves;
 - a job's ``cancel`` event, once set, makes its next network call raise :class:`RequestCancelled`
-  (its rows never reach the network);
+  (its rows never reach the network); a job whose future is cancelled before it starts never
+  runs (once started, its future cannot be cancelled);
 - an exception in a merged call is raised in every job whose rows were in it; a job's own
   exception is its future's; :meth:`BatchedNetwork.close` fails the jobs not yet done;
 - the network methods may be called only from a job (a call from anywhere else is a
@@ -190,6 +191,8 @@ class BatchedNetwork:
         self._fail_all(RuntimeError("the batched network was closed"))
 
     def _start(self, job: _Job) -> None:
+        if not job.future.set_running_or_notify_cancel():
+            return  # its future was cancelled while it waited: nobody wants the result
         job.glet = greenlet.greenlet(lambda: self._body(job))
         self._active[job.glet] = job
         job.glet.switch()  # until its first network call, or its end
@@ -199,11 +202,10 @@ class BatchedNetwork:
             result = job.fn(self)
         except BaseException as err:  # noqa: BLE001 - the job's own outcome, handed to its future
             self._active.pop(job.glet, None)
-            if not job.future.done():
-                job.future.set_exception(err)
+            job.future.set_exception(err)
             return
         self._active.pop(job.glet, None)
-        job.future.set_result(result)
+        job.future.set_result(result)  # a running future cannot be cancelled: this cannot fail
 
     def _take(self) -> list[_Call]:
         """The oldest parked call and, in order, every parked call of its shape that still fits."""
@@ -257,7 +259,8 @@ class BatchedNetwork:
         with self._cond:
             waiting, self._incoming = list(self._incoming), deque()
         for job in waiting:
-            job.future.set_exception(err)
+            if job.future.set_running_or_notify_cancel():
+                job.future.set_exception(err)
         parked, self._parked = self._parked, []
         for call in parked:
             call.job.glet.throw(type(err), err, None)
