@@ -191,9 +191,15 @@ def test_health_and_metrics(running):
     running.client.completions.create(model="tiny", prompt=PROMPTS[0])
     text = _http(running.url, path="/metrics").text
     for name in ("elfreg_requests_total", "elfreg_requests_in_flight", "elfreg_queued_calls",
-                 "elfreg_network_calls_total", "elfreg_rows_per_call_bucket", "elfreg_request_latency_seconds_bucket"):
+                 "elfreg_network_calls_total", "elfreg_network_seconds_total", "elfreg_rows_per_call_bucket",
+                 "elfreg_request_latency_seconds_bucket"):
         assert name in text, name
     assert 'elfreg_requests_total{route="/v1/completions",status="200"}' in text
+    values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+              if line and not line.startswith("#") and "{" not in line}
+    stats = running.server.batcher.stats  # the counters are the scheduler's own totals
+    assert values["elfreg_network_calls_total"] == stats.calls > 0
+    assert values["elfreg_network_seconds_total"] == pytest.approx(stats.seconds) and stats.seconds > 0
 
 
 def test_a_full_queue_answers_429_at_once_and_a_disconnect_cancels(served_checkpoint):

@@ -78,13 +78,16 @@ class Metrics:
         Gauge("elfreg_sampling_requests", "requests sampling (started, not yet answered by the sampler)",
               registry=r).set_function(lambda: batcher_state()[1])
         self.calls = Counter("elfreg_network_calls", "network calls made (rate: calls per second)", registry=r)
+        self.busy = Counter("elfreg_network_seconds", "seconds spent in network calls (rate: the share of time "
+                            "the network is busy)", registry=r)
         self.rows = Histogram("elfreg_rows_per_call", "rows of each network call", registry=r,
                               buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256))
         self.latency = Histogram("elfreg_request_latency_seconds", "time from admission to answer", ["route"],
                                  registry=r, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
 
-    def on_call(self, rows: int) -> None:
+    def on_call(self, rows: int, seconds: float) -> None:
         self.calls.inc()
+        self.busy.inc(seconds)
         self.rows.observe(rows)
 
 

@@ -94,11 +94,11 @@ def _cat(parts: list[Any]) -> Any:
 
 class BatchedNetwork:
     """A :class:`~elfreg.sampling.network.Network` shared by jobs whose calls are merged (module
-    docstring). ``on_call(rows)`` is told the rows of every network call made. With
+    docstring). ``on_call(rows, seconds)`` is told the rows and duration of every network call. With
     ``own_thread`` the scheduler runs in a thread of its own; without, the owner calls
     :meth:`run` on the thread that is to make the network calls."""
 
-    def __init__(self, net: Network, max_batch: int = 32, on_call: Callable[[int], None] | None = None,
+    def __init__(self, net: Network, max_batch: int = 32, on_call: Callable[[int, float], None] | None = None,
                  own_thread: bool = True):
         if max_batch < 1:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
@@ -242,12 +242,13 @@ class BatchedNetwork:
             part = tuple(None if a is None else a[lo:lo + self.max_batch] for a in args)
             began = time.perf_counter()
             chunks.append(method(*part))
-            self.stats.seconds += time.perf_counter() - began
+            seconds = time.perf_counter() - began
             rows = part[0].shape[0]
             self.stats.calls += 1
             self.stats.rows += rows
+            self.stats.seconds += seconds
             if self.on_call is not None:
-                self.on_call(rows)
+                self.on_call(rows, seconds)
         self.stats.merged_calls += len(calls)
         if isinstance(chunks[0], tuple):
             return tuple(_cat([c[i] for c in chunks]) for i in range(len(chunks[0])))
