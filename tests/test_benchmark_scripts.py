@@ -143,3 +143,17 @@ def test_serve_load_runs_every_mode_and_finds_their_texts_equal(served_checkpoin
         assert 1 <= r["rows_per_call"] <= 4
         assert r["network_ms_per_call"] > 0 and 0 < r["network_busy"] <= 1
     assert rows[("one-at-a-time", 3)]["rows_per_call"] == 1.0  # one prompt a request, one request at a time
+
+
+def test_serve_ceiling_splits_a_request_and_bounds_the_gain(served_checkpoint, tmp_path):
+    out = tmp_path / "ceiling.json"
+    text = _run("serve_ceiling.py", "--checkpoint", str(served_checkpoint), "--requests", "4", "--rows", "2",
+                "--nfe", "4", "--repeats", "2", "--out", str(out))
+    r = json.loads(out.read_text())
+    assert r["calls_per_request"] == 4  # early-stop at 4 NFE: three denoise calls and one decode
+    assert r["outside_ms"] > r["encoding_ms"] > 0 and r["network_alone_ms"] > 0 and r["network_shared_ms"] > 0
+    assert r["alone_ms"] == pytest.approx(r["outside_ms"] + r["network_alone_ms"])
+    assert r["bound"] == pytest.approx(r["alone_ms"] / r["shared_ms"])
+    # the work outside the network is not shared, so the bound lies between 1 and the network's own gain
+    assert min(1.0, r["bound_network_only"]) <= r["bound"] <= max(1.0, r["bound_network_only"])
+    assert f"{r['bound']:.2f}x" in text
