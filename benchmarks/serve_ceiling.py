@@ -41,8 +41,8 @@ from elfreg.toy.registry import as_example
 class StandIn:
     """A network that answers at once with the right shapes and records each call's arguments."""
 
-    def __init__(self, reg_dim: int | None):
-        self.reg_dim, self.device = reg_dim, torch.device("cpu")
+    def __init__(self, reg_dim: int | None, device: torch.device):
+        self.reg_dim, self.device = reg_dim, device
         self.calls: list[tuple[str, tuple]] = []
 
     def denoise(self, z, q, t, w, prompt_mask, reg, reg_q):
@@ -51,7 +51,7 @@ class StandIn:
 
     def decode(self, x, prompt_mask, reg, w):
         self.calls.append(("decode", (x, prompt_mask, reg, w)))
-        return torch.zeros(prompt_mask.shape, dtype=torch.long)
+        return torch.zeros(prompt_mask.shape, dtype=torch.long, device=prompt_mask.device)
 
 
 class TimedEncoder:
@@ -70,12 +70,18 @@ class TimedEncoder:
         return out
 
 
-def _median_seconds(fn: Any, repeats: int) -> float:
+def _median_seconds(fn: Any, repeats: int, device: torch.device) -> float:
+    def finished() -> None:  # a device runs calls asynchronously: time them to their end
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
     fn()  # warm-up
     times = []
     for _ in range(repeats):
+        finished()
         began = time.perf_counter()
         fn()
+        finished()
         times.append(time.perf_counter() - began)
     return statistics.median(times)
 
@@ -92,18 +98,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nfe", type=int, default=16)
     p.add_argument("--sampler", default="early-stop")
     p.add_argument("--repeats", type=int, default=20, help="timings per network call (median)")
+    p.add_argument("--device", default="cpu", help="where the model runs (cpu, cuda, auto)")
     p.add_argument("--out", help="write the results (with the command line) as JSON here")
     args = p.parse_args(argv)
     if args.rows < 1 or args.requests < args.rows:
         p.error("--rows must be >= 1 and --requests at least --rows")
 
-    models = elfreg.load(args.checkpoint, device="cpu").models
+    models = elfreg.load(args.checkpoint, device=args.device).models
+    device = next(models.student.parameters()).device
     sample = models.config.sample.replace(sampler=args.sampler, nfe=args.nfe)
     problems = arith.heldout("test", 1, arith.ArithConfig())
     prompts = [as_example(problems[k % len(problems)]).prompt for k in range(args.requests)]
     encoder = TimedEncoder(models.frozen.encoder)
     frozen = dataclasses.replace(models.frozen, encoder=encoder)
-    stand_in = StandIn(models.student.teacher_dim if models.student.extra_token == "reg" else None)
+    stand_in = StandIn(models.student.teacher_dim if models.student.extra_token == "reg" else None, device)
 
     def one(k: int) -> list[tuple[str, tuple]]:
         before = len(stand_in.calls)
@@ -118,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     outside = (time.perf_counter() - began) / args.requests
     encoding = encoder.seconds / args.requests
 
-    net = StudentNetwork(models.student, use_bf16(torch.device("cpu"), models.precision),
+    net = StudentNetwork(models.student, use_bf16(device, models.precision),
                          eos_id=models.frozen.tokenizer.eos_token_id)
     kinds = [kind for kind, _ in calls[0]]
     if any([kind for kind, _ in c] != kinds for c in calls):
@@ -127,8 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     for j, kind in enumerate(kinds):
         method = net.denoise if kind == "denoise" else net.decode
         solo, group = calls[0][j][1], _merged([calls[k][j][1] for k in range(args.rows)])
-        alone += _median_seconds(lambda m=method, a=solo: m(*a), args.repeats)
-        merged += _median_seconds(lambda m=method, a=group: m(*a), args.repeats) / args.rows
+        alone += _median_seconds(lambda m=method, a=solo: m(*a), args.repeats, device)
+        merged += _median_seconds(lambda m=method, a=group: m(*a), args.repeats, device) / args.rows
     result = {"command": sys.argv, "settings": vars(args), "calls_per_request": len(kinds),
               "outside_ms": 1e3 * outside, "encoding_ms": 1e3 * encoding,
               "network_alone_ms": 1e3 * alone, "network_shared_ms": 1e3 * merged,

@@ -253,11 +253,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-batch", type=int, default=32)
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="where the server runs the model (cpu, cuda, auto)")
     p.add_argument("--out", help="write the results (with the command line) as JSON here")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = b_random_checkpoint(Path(tmp)) if args.checkpoint == "b-random" else args.checkpoint
-        model = elfreg.load(checkpoint, device="cpu")
+        model = elfreg.load(checkpoint, device=args.device)
     return _measure(model, args)
 
 
