@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import statistics
 import sys
 import time
@@ -32,6 +31,7 @@ import torch
 
 import elfreg
 from elfreg.device import use_bf16
+from elfreg.runs import write_json_atomic
 from elfreg.sampling import generate
 from elfreg.sampling.network import StudentNetwork
 from elfreg.toy import arith
@@ -143,14 +143,14 @@ def main(argv: list[str] | None = None) -> int:
               "alone_ms": 1e3 * (outside + alone), "shared_ms": 1e3 * (outside + merged),
               "bound": (outside + alone) / (outside + merged),
               "bound_network_only": alone / merged}
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(args.out, result)
     print(f"per request: outside the network {result['outside_ms']:.1f} ms (prompt encoding "
           f"{result['encoding_ms']:.1f}); {len(kinds)} network calls: {result['network_alone_ms']:.1f} ms alone, "
           f"{result['network_shared_ms']:.1f} ms as 1/{args.rows} of merged calls")
     print(f"most continuous batching can gain at {args.rows} requests: {result['bound']:.2f}x "
           f"({result['bound_network_only']:.2f}x on the network alone)")
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     return 0
 
 

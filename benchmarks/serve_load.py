@@ -26,7 +26,6 @@ was busy. Texts are checked equal across modes.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import queue
 import random
@@ -45,6 +44,7 @@ import torch
 import uvicorn
 
 import elfreg
+from elfreg.runs import write_json_atomic
 from elfreg.serve.app import Server, ServeSettings, create_app
 from elfreg.serve.threads import serve_here
 from elfreg.toy import arith
@@ -282,7 +282,7 @@ def _measure(model: Any, args: argparse.Namespace) -> int:
               "rows": [{k: v for k, v in r.items() if k != "texts"} for r in rows]}
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        write_json_atomic(args.out, result)
     return 0
 
 
