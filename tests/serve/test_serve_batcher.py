@@ -251,8 +251,10 @@ def test_a_job_whose_future_is_cancelled_before_it_starts_never_runs():
     net = BatchedNetwork(stub, max_batch=8, own_thread=False)
     dropped, kept = net.submit(_steps(0, 1)), net.submit(_steps(1, 2))
     assert dropped.cancel()  # still waiting: the caller gave up (an asyncio wrapper's cancel)
-    kept.add_done_callback(lambda _f: net.close())
+    active_when_done = []
+    kept.add_done_callback(lambda _f: (active_when_done.append(net.active_jobs), net.close()))
     net.run()
     assert dropped.cancelled() and stub.calls == [2, 2, 2]
+    assert active_when_done == [0]  # a finished job has left the active set when its future is told
     assert not kept.cancel()  # once started a job's future cannot be cancelled under it
     torch.testing.assert_close(kept.result()[-1][0], _expected(1, 2)[0], rtol=0, atol=0)

@@ -199,13 +199,15 @@ class BatchedNetwork:
 
     def _body(self, job: _Job) -> None:
         try:
-            result = job.fn(self)
+            result, error = job.fn(self), None
         except BaseException as err:  # noqa: BLE001 - the job's own outcome, handed to its future
-            self._active.pop(job.glet, None)
-            job.future.set_exception(err)
-            return
-        self._active.pop(job.glet, None)
-        job.future.set_result(result)  # a running future cannot be cancelled: this cannot fail
+            result, error = None, err
+        del self._active[job.glet]  # before the future's callbacks run: they may count active jobs
+        # a running future cannot be cancelled, so neither call can fail
+        if error is None:
+            job.future.set_result(result)
+        else:
+            job.future.set_exception(error)
 
     def _take(self) -> list[_Call]:
         """The oldest parked call and, in order, every parked call of its shape that still fits."""
@@ -215,8 +217,8 @@ class BatchedNetwork:
             if call.shape_key == first.shape_key and rows + call.rows <= self.max_batch:
                 taken.append(call)
                 rows += call.rows
-        chosen = set(map(id, taken))
-        self._parked = [c for c in self._parked if id(c) not in chosen]
+        chosen = set(taken)  # calls compare by identity (eq=False)
+        self._parked = [c for c in self._parked if c not in chosen]
         return taken
 
     def _run(self, calls: list[_Call]) -> None:
