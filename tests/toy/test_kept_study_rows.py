@@ -59,3 +59,33 @@ def test_the_page_quotes_what_the_kept_rows_report(folder, plan, overrides, sect
     assert reported and set(reported) == set(quoted)
     for key, cells in reported.items():
         assert quoted[key] == cells, key
+
+
+LATEST = ROOT / "docs" / "toy-study.md"  # the manual quotes the latest three-seed table
+THREE_SEEDS = re.compile(r"^\d+\.\d \(\d+\.\d, \d+\.\d\)$")
+
+
+def by_nfe_rows(text: str) -> dict[tuple[str, str], list[str]]:
+    """(model, sampler) → the NFE cells of the first by-NFE table in ``text``, as printed."""
+    rows = {}
+    for line in text.split("| model | sampler | NFE 4 |", 1)[1].splitlines()[2:]:
+        if not line.startswith("| "):
+            break
+        parts = [p.strip() for p in line.strip().strip("|").split("|")]
+        rows[(parts[0], parts[1])] = parts[2:]
+    return rows
+
+
+def test_the_manual_quotes_the_latest_three_seed_table(capsys):
+    """docs/toy-study.md's by-NFE table is the report of docs/toy-study/level1 (all 972 cells:
+    complete rows, no cell marked missing), digit for digit."""
+    assert main(["study", "--plan", str(ROOT / "configs" / "study-toy-level1.yaml"),
+                 "--out", str(ROOT / "docs" / "toy-study" / "level1"), "--report"]) == 0
+    out = capsys.readouterr().out
+    assert "972 of 972 evaluation cells finished" in out
+    reported = by_nfe_rows(out.split("pass@1 (%) by NFE", 1)[1])
+    quoted = by_nfe_rows(LATEST.read_text(encoding="utf-8").split("## The latest table", 1)[1])
+    assert len(reported) == 27 and set(quoted) == set(reported)
+    for key, cells in reported.items():
+        assert all(THREE_SEEDS.match(c) for c in cells), (key, cells)
+        assert quoted[key] == cells, key
