@@ -20,23 +20,33 @@ KEPT = [
 CELL = re.compile(r"^(\d+\.\d) \(n/a, (\d+\.\d)\)$")
 
 
+def report(folder: str, plan: str, overrides: list[str], capsys) -> str:
+    """What ``elfreg study --report`` prints for a folder kept in ``docs/toy-study/``."""
+    assert main(["study", "--plan", str(ROOT / plan), "--out", str(ROOT / "docs" / "toy-study" / folder),
+                 "--report", *overrides]) == 0
+    return capsys.readouterr().out
+
+
+def by_nfe_rows(text: str) -> dict[tuple[str, str], list[str]]:
+    """(model, sampler) → the NFE cells of the first by-NFE table in ``text``, as printed."""
+    rows = {}
+    for line in text.split("| model | sampler | NFE 4 |", 1)[1].splitlines()[2:]:
+        if not line.startswith("| "):
+            break
+        parts = [p.strip() for p in line.strip().strip("|").split("|")]
+        rows[(parts[0], parts[1])] = parts[2:]
+    return rows
+
+
 def report_cells(folder: str, plan: str, overrides: list[str], capsys) -> dict[tuple[str, str], list[str]]:
     """(model, sampler) → its by-NFE cells as the page writes one training run: ``mean (± s)``,
     ``–`` where the cell was not run."""
-    assert main(["study", "--plan", str(ROOT / plan), "--out", str(ROOT / "docs" / "toy-study" / folder),
-                 "--report", *overrides]) == 0
-    by_nfe = capsys.readouterr().out.split("pass@1 (%) by NFE")[1]
-    cells = {}
-    for line in by_nfe.splitlines():
-        parts = [p.strip() for p in line.strip().strip("|").split("|")]
-        if len(parts) < 3 or parts[0] in ("model", "---"):
-            continue
-        written = []
-        for cell in parts[2:]:
-            match = CELL.match(cell.rstrip("*").strip())
-            written.append(f"{match[1]} (± {match[2]})" if match else "–")
-        cells[(parts[0], parts[1])] = written
-    return cells
+    by_nfe = by_nfe_rows(report(folder, plan, overrides, capsys).split("pass@1 (%) by NFE", 1)[1])
+    written = {}
+    for key, cells in by_nfe.items():
+        matches = [CELL.match(cell.rstrip("*").strip()) for cell in cells]
+        written[key] = [f"{m[1]} (± {m[2]})" if m else "–" for m in matches]
+    return written
 
 
 def page_rows(section: str) -> dict[tuple[str, str], list[str]]:
@@ -65,23 +75,10 @@ LATEST = ROOT / "docs" / "toy-study.md"  # the manual quotes the latest three-se
 THREE_SEEDS = re.compile(r"^\d+\.\d \(\d+\.\d, \d+\.\d\)$")
 
 
-def by_nfe_rows(text: str) -> dict[tuple[str, str], list[str]]:
-    """(model, sampler) → the NFE cells of the first by-NFE table in ``text``, as printed."""
-    rows = {}
-    for line in text.split("| model | sampler | NFE 4 |", 1)[1].splitlines()[2:]:
-        if not line.startswith("| "):
-            break
-        parts = [p.strip() for p in line.strip().strip("|").split("|")]
-        rows[(parts[0], parts[1])] = parts[2:]
-    return rows
-
-
 def test_the_manual_quotes_the_latest_three_seed_table(capsys):
     """docs/toy-study.md's by-NFE table is the report of docs/toy-study/level1 (all 972 cells:
     complete rows, no cell marked missing), digit for digit."""
-    assert main(["study", "--plan", str(ROOT / "configs" / "study-toy-level1.yaml"),
-                 "--out", str(ROOT / "docs" / "toy-study" / "level1"), "--report"]) == 0
-    out = capsys.readouterr().out
+    out = report("level1", "configs/study-toy-level1.yaml", [], capsys)
     assert "972 of 972 evaluation cells finished" in out
     reported = by_nfe_rows(out.split("pass@1 (%) by NFE", 1)[1])
     quoted = by_nfe_rows(LATEST.read_text(encoding="utf-8").split("## The latest table", 1)[1])
