@@ -119,3 +119,15 @@ def autocast_for(device: torch.device, precision: str):
     from elfreg.device import autocast
 
     return autocast(device, precision == "bf16")
+
+
+def before_after_rows(seconds: dict[str, float], before: str) -> list[dict[str, Any]]:
+    """A before/after script's rows: each case's seconds and its speed-up over case ``before``."""
+    return [{"case": name, "seconds": s, "speedup": seconds[before] / s} for name, s in seconds.items()]
+
+
+def print_before_after(rows: list[dict[str, Any]]) -> None:
+    """The rows of :func:`before_after_rows`, one line each: milliseconds and speed-up."""
+    width = max(len(r["case"]) for r in rows)
+    for r in rows:
+        print(f"  {r['case']:<{width}} {1000 * r['seconds']:8.2f} ms  {r['speedup']:.3f}x")

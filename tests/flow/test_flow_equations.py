@@ -7,7 +7,7 @@ import torch
 
 from elfreg.flow.losses import repa_cosine, token_cross_entropy, velocity_sq_error, x_form_sq_error
 from elfreg.flow.noising import add_noise, c_t, sample_guidance_scale, sample_logit_normal, velocity
-from elfreg.flow.objective import elf_term, reg_term, repa_term
+from elfreg.flow.objective import elf_term, reg_term, repa_mask, repa_term
 from elfreg.flow.targets import clean_target, sc_cfg_target
 from elfreg.text.frozen import TeacherTargets
 
@@ -96,25 +96,28 @@ def test_repa_term_hand_computation():
     content = torch.tensor([[True, True]])
     # cos: 1, 0, 1/sqrt2 -> losses 0, 1, 1 - 1/sqrt2, mean over 3 valid positions
     expected = (0 + 1 + (1 - 1 / math.sqrt(2))) / 3
-    assert repa_term(pred, _teacher(target, reg_target), content, with_reg=True).item() == pytest.approx(expected)
-    assert repa_term(pred[:, :2], _teacher(target, reg_target), content, with_reg=False).item() == pytest.approx(0.5)
+    assert repa_term(pred[0], _teacher(target, reg_target), content, with_reg=True).item() == pytest.approx(expected)
+    assert repa_term(pred[0, :2], _teacher(target, reg_target), content, with_reg=False).item() == pytest.approx(0.5)
 
 
-def test_repa_term_ignores_prompt_padding_and_special_positions():
+def test_repa_term_reads_the_projections_of_the_masked_positions_in_row_major_order():
     b_, l_, dt = 3, 10, 6
-    pred, target = torch.randn(b_, l_ + 1, dt), torch.randn(b_, l_, dt)
+    full, target = torch.randn(b_, l_ + 1, dt), torch.randn(b_, l_, dt)
     reg_target = torch.randn(b_, dt)
     content = torch.zeros(b_, l_, dtype=torch.bool)
     content[:, 3:7] = True  # positions 0-2 prompt, 7-9 EOS padding / special
-    base = repa_term(pred, _teacher(target, reg_target), content, with_reg=True)
-    pred2, target2 = pred.clone(), target.clone()
-    outside = ~content
-    pred2[:, :l_][outside] = torch.randn(int(outside.sum()), dt) * 100
-    target2[outside] = torch.randn(int(outside.sum()), dt)
-    again = repa_term(pred2, _teacher(target2, reg_target), content, with_reg=True)
-    assert torch.allclose(base, again)
-    pred2[:, 4] += 1.0  # a content position does matter
-    assert not torch.allclose(base, repa_term(pred2, _teacher(target2, reg_target), content, with_reg=True))
+    content[1, 7] = True  # rows of different lengths
+    mask = repa_mask(content, with_reg=True)
+    got = repa_term(full[mask], _teacher(target, reg_target), content, with_reg=True)
+    # the equation over the whole canvas, weighted by the mask
+    whole = torch.cat([target, reg_target[:, None]], dim=1)
+    per_pos = 1 - torch.nn.functional.cosine_similarity(full, whole, dim=-1, eps=1e-6)
+    assert got.item() == pytest.approx(((per_pos * mask).sum() / mask.sum()).item(), rel=1e-6)
+    # a divisor from another rank's count, and a refusal of projections of other positions
+    assert repa_term(full[mask], _teacher(target, reg_target), content, True, torch.tensor(40.0)).item() == \
+        pytest.approx((per_pos * mask).sum().item() / 40, rel=1e-6)
+    with pytest.raises(ValueError, match="REPA projections"):
+        repa_term(full.flatten(0, 1), _teacher(target, reg_target), content, with_reg=True)
 
 
 def test_reg_term_has_no_weight_on_decode_rows():

@@ -38,7 +38,8 @@ class RecordingStudent(nn.Module):
         self.calls: list[SimpleNamespace] = []
         self.d_r = d_r
 
-    def forward(self, z, self_cond, t, w, prompt_mask, decode=None, reg=None, reg_self_cond=None, want_repa=False):
+    def forward(self, z, self_cond, t, w, prompt_mask, decode=None, reg=None, reg_self_cond=None, want_repa=False,
+                repa_positions=None):
         self.calls.append(SimpleNamespace(z=z.detach().clone(), w=w.detach().clone(),
                                           reg=None if reg is None else reg.detach().clone(),
                                           grad=torch.is_grad_enabled()))
@@ -97,7 +98,8 @@ class TabularGuidedField(nn.Module):
         cond = self.alpha[k][:, None, :] * z + self.beta[k][:, None, :]
         return torch.where(conditioned[:, None, None], cond, uncond)
 
-    def forward(self, z, self_cond, t, w, prompt_mask, decode=None, reg=None, reg_self_cond=None, want_repa=False):
+    def forward(self, z, self_cond, t, w, prompt_mask, decode=None, reg=None, reg_self_cond=None, want_repa=False,
+                repa_positions=None):
         # self-conditioned when q is non-zero at answer positions (prompt positions hold the prompt)
         conditioned = (self_cond * (~prompt_mask)[..., None]).flatten(1).abs().sum(1) > 0
         x_hat = self.field(z, w, conditioned)

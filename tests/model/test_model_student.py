@@ -44,6 +44,26 @@ def test_prompt_positions_are_restored_and_heads_start_at_zero():
     assert out.repa.shape == (3, 6 + 1, 12)  # content positions + REG position
 
 
+def test_repa_positions_project_exactly_those_positions():
+    """Projecting only the positions L_REPA reads gives their rows of the full projection, in
+    row-major order, and gradients flow to the projector through them alone."""
+    student = Student(SMALL, enc_dim=8, vocab_size=20, teacher_dim=12)
+    for p in student.parameters():
+        torch.nn.init.normal_(p, std=0.2)
+    inp = _inputs()
+    full = student(**inp, want_repa=True).repa
+    at = torch.zeros(3, 6 + 1, dtype=torch.bool)
+    at[0, 2:4] = at[1, 3] = at[2, 2:6] = True
+    at[:, -1] = True  # the REG position
+    packed = student(**inp, want_repa=True, repa_positions=at).repa
+    assert packed.shape == (int(at.sum()), 12)
+    assert torch.allclose(packed, full[at], atol=1e-6)
+    packed.sum().backward()
+    assert student.projector[0].weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="repa_positions has shape"):
+        student(**inp, want_repa=True, repa_positions=at[:, :-1])
+
+
 def test_the_decode_gate_switches_only_the_mode_tokens():
     """The network is a function of its inputs: decode calls differ from denoise calls by the mode
     tokens alone (callers pass t = 1 and q = 0), as ELF's ``decoder_step_active``."""

@@ -20,7 +20,8 @@ REG_B, ELF_B = "configs/elf-reg-b-gsm8k.yaml", "configs/elf-b-gsm8k.yaml"
 
 def test_the_student_flops_follow_its_weights():
     """The main pass costs 3 forwards of 2 FLOPs per weight of the blocks, projections and
-    projector, plus attention's 4·S·width per block: counted from the built model's shapes."""
+    projector (the projector on the answer's share of the canvas), plus attention's 4·S·width
+    per block: counted from the built model's shapes."""
     cfg = Config.load(REG_B)
     encoder, teacher = frozen_shapes(cfg)
     with torch.device("meta"):
@@ -32,9 +33,9 @@ def test_the_student_flops_follow_its_weights():
     assert prefix_tokens(cfg) == student.n_prefix == 13  # 4 t, 4 w, 4 mode tokens and the REG token
     attention = cfg.model.depth * 4 * (cfg.text.canvas_len + student.n_prefix) * cfg.model.width
     flops = flops_per_token(cfg, encoder, teacher)
-    assert flops["student_fwd_bwd"] == pytest.approx(3 * (2 * (matrices + io + projector) + attention))
-    head = 2 * (student.dec_proj.weight.numel() + student.vocab_head.weight.numel())
     answer = 1 - cfg.text.prompt_cap / (2 * cfg.text.canvas_len)
+    assert flops["student_fwd_bwd"] == pytest.approx(3 * (2 * (matrices + io + answer * projector) + attention))
+    head = 2 * (student.dec_proj.weight.numel() + student.vocab_head.weight.numel())
     assert flops["decoder_head"] == pytest.approx(4 * 0.2 * answer * head)
     assert flops["total"] == pytest.approx(sum(v for k, v in flops.items() if k not in ("total", "recompute")))
     # the frozen teacher (Qwen3-1.7B read at layer 24) dominates, and ELF has none

@@ -122,11 +122,16 @@ def repa_mask(content_mask: torch.Tensor, with_reg: bool) -> torch.Tensor:
 def repa_term(pred: torch.Tensor, teacher: TeacherTargets, content_mask: torch.Tensor,
               with_reg: bool, count: torch.Tensor | None = None) -> torch.Tensor:
     """L_REPA: 1 − cos averaged over answer content tokens plus, with REG, the REG position of
-    every row (the last entry of ``pred``); prompt, padding and special tokens carry no weight."""
+    every row; prompt, padding and special tokens carry no weight. ``pred`` holds the
+    projections at exactly those positions (:func:`repa_mask`), (N, D) in row-major order, as
+    the student returns them when asked for ``repa_positions``."""
     target = teacher.repa
     if with_reg:
         target = torch.cat([target, teacher.reg_repa[:, None]], dim=1)
-    return masked_mean(repa_cosine(pred, target), repa_mask(content_mask, with_reg), count)
+    mask = repa_mask(content_mask, with_reg)
+    if pred.shape[0] != int(mask.sum()):
+        raise ValueError(f"{pred.shape[0]} REPA projections for {int(mask.sum())} supervised positions")
+    return repa_cosine(pred, target[mask]).sum() / (mask.sum() if count is None else count).clamp(min=1)
 
 
 def reg_term(reg_err: torch.Tensor, decode: torch.Tensor, count: torch.Tensor | None = None) -> torch.Tensor:
@@ -201,7 +206,11 @@ def elf_reg_loss(student: Student, batch: TrainBatch, flow: FlowConfig, loss: Lo
                 rv_nosc = rv_nosc.index_copy(0, rows, velocity(nosc.reg_hat, rr, tr, flow.c_min))
                 rv_sc = rv_sc.index_copy(0, rows, velocity(with_sc.reg_hat, rr, tr, flow.c_min))
 
-    out = student(z, sc, t_in, w, prompt, decode=decode, reg=r_in, reg_self_cond=reg_sc, want_repa=loss.repa)
+    # the projector runs only where L_REPA reads it: the same loss, and on the toy canvases (short
+    # answers) about a third of the projector's work (docs/performance.md)
+    repa_at = repa_mask(canvas.content_mask, use_reg) if loss.repa else None
+    out = student(z, sc, t_in, w, prompt, decode=decode, reg=r_in, reg_self_cond=reg_sc, want_repa=loss.repa,
+                  repa_positions=repa_at)
 
     v_target = sc_cfg_target(x, z, t, b, w, v_sc, v_nosc, flow.c_min)
     per_pos = velocity_sq_error(out.x_hat, z, t, v_target, flow.c_min)

@@ -138,6 +138,7 @@ class Student(nn.Module):
         reg: torch.Tensor | None = None,
         reg_self_cond: torch.Tensor | None = None,
         want_repa: bool = False,
+        repa_positions: torch.Tensor | None = None,
         drop_reg: bool = False,
         sample_chunks: list[int] | None = None,
         attention_mask: torch.Tensor | None = None,
@@ -153,6 +154,14 @@ class Student(nn.Module):
             prompt_mask: (B, L) bool: x̂ at these positions is ``z`` (the clean prompt).
             decode: (B,) bool or 0/1 float, the mode tokens' gate (None: 0, a denoise call).
             reg, reg_self_cond: (B, d_r) noisy REG state and its previous prediction (REG only).
+            want_repa: also return the REPA projection p_φ(u) of block ``repa_block``'s states
+                (ELF-REG §3.2): (B, L, D) at every content position, then (with REG) the REG
+                position's, (B, L + 1, D).
+            repa_positions: (B, L) or, with REG, (B, L + 1) bool, with ``want_repa``: project only
+                these positions; ``repa`` is then (N, D), the N chosen positions in row-major
+                order. Training asks for the positions L_REPA averages over
+                (:func:`~elfreg.flow.objective.repa_mask`): the projector runs on an answer's
+                positions, not on its prompt and padding, whose projections L_REPA never reads.
             drop_reg: run a REG student without its REG token (the sequence is one token shorter
                 and ``reg_hat`` is None): "REG removed at inference" of Table 5.
             sample_chunks: run the blocks on chunks of samples of these sizes, in order (the
@@ -216,6 +225,11 @@ class Student(nn.Module):
             u = repa_states[:, n_prefix:]
             if self.extra_token == "reg":
                 u = torch.cat([u, repa_states[:, n_prefix - 1:n_prefix]], dim=1)
+            if repa_positions is not None:
+                if repa_positions.shape != u.shape[:2]:
+                    raise ValueError(f"repa_positions has shape {tuple(repa_positions.shape)}, the projected "
+                                     f"positions {tuple(u.shape[:2])}")
+                u = u[repa_positions]
             repa_out = self.projector(u).float()
         return StudentOutput(x_hat=x_hat, reg_hat=reg_hat, hidden=hidden, repa=repa_out)
 

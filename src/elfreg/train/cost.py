@@ -5,7 +5,9 @@ FLOPs are 2 per multiply-add, per canvas position of one training example (promp
 padding alike; the student and the frozen models see the whole canvas). Components:
 
 - ``student_fwd_bwd``: the main pass with gradient (forward + backward = 3 forwards of the
-  blocks, the input/output projections and the REPA projector);
+  blocks, the input/output projections and the REPA projector, the projector on the answer
+  positions only: it runs where L_REPA reads it, the answer's content tokens, counted here at
+  the answer's share of the canvas, an upper bound);
 - ``self_cond_aux``: the two auxiliary forwards without gradient of the rows with b = 1, a
   fraction (1 − decode_prob)·sc_prob of the rows (ELF-REG App. A, Eq. 8);
 - ``decoder_head``: width → encoder width → vocabulary on the answer positions of decode rows
@@ -121,11 +123,11 @@ def flops_per_token(cfg: Config, encoder: LMShape, teacher: LMShape | None,
     # the input path [z ; q] -> d -> bottleneck -> width, and the x-hat head width -> d
     io = 2 * (2 * d * d + d * m.bottleneck + m.bottleneck * width + width * d)
     blocks = m.depth * block
+    answer_frac = 1 - t.prompt_cap / (2 * t.canvas_len)  # prompts fill half their cap on average
     projector = 0.0
     if cfg.loss.repa and teacher is not None:
         p = m.projector_hidden
-        projector = 2 * (width * p + p * p + p * teacher.width)
-    answer_frac = 1 - t.prompt_cap / (2 * t.canvas_len)  # prompts fill half their cap on average
+        projector = 2 * (width * p + p * p + p * teacher.width) * answer_frac
     aux_rows = 2 * (1 - f.decode_prob) * f.sc_prob
     head = 2 * (width * d + d * vocab)
     out = {
