@@ -64,6 +64,30 @@ def test_muon_stack_ab_steps_both_copies_to_the_same_weights(tmp_path):
     assert report["shapes"] < report["matrices"]  # a transformer repeats its shapes: what stacking uses
 
 
+def test_newton_schulz_ab_times_both_iterations_on_the_students_shapes(tmp_path):
+    out = tmp_path / "ns.json"
+    _run("newton_schulz_ab.py", "--width", "32", "--depth", "2", "--repeats", "2", "--out", str(out))
+    report = json.loads(out.read_text())
+    rows = {r["case"]: r for r in report["rows"]}
+    assert set(rows) == {"fused (baddbmm)", "written out"} and rows["written out"]["speedup"] == 1.0
+    # the same iterations: equal up to float rounding, not bit for bit
+    assert 0 < report["max_abs_difference"] <= 1e-5 and report["settings"]["width"] == 32
+
+
+@pytest.mark.slow
+def test_repa_positions_ab_trains_both_ways_to_the_same_loss(tmp_path):
+    out = tmp_path / "repa.json"
+    _run("repa_positions_ab.py", "--quick", "--repeats", "2", "--out", str(out),
+         env={"ELFREG_CACHE": str(tmp_path / "cache")})
+    report = json.loads(out.read_text())
+    rows = {r["case"]: r for r in report["rows"]}
+    assert set(rows) == {"projector at read positions", "projector everywhere"}
+    assert report["loss_relative_difference"] <= 1e-5
+    assert 0 < report["projected_share"] < 1  # prompts and padding are not projected
+    terms = report["loss_terms"]["projector at read positions"]
+    assert terms["repa"] > 0 and terms["total"] > 0
+
+
 def test_grid_stats_reproduce_the_papers_early_stop_time():
     text = _run("sampling_grid_stats.py", "--nfe", "64", "--seeds", "200")
     row = next(line.split() for line in text.splitlines() if line.split()[:2] == ["64", "512"])

@@ -35,16 +35,33 @@ def newton_schulz(update: torch.Tensor, steps: int = NS_STEPS, eps: float = 1e-8
     """An approximately orthogonal matrix of ``update``'s shape (its singular values pushed
     towards 1; about 0.7-1.2 after five steps), computed in fp32. A (k, m, n) stack gives each
     of its k matrices its own (each normed alone)."""
-    a, b, c = NS_COEFFICIENTS
     x = update.float()
+    single = x.dim() == 2
+    if single:
+        x = x[None]
     tall = x.shape[-2] > x.shape[-1]
     if tall:
         x = x.mT
-    x = x / (x.norm(dim=(-2, -1), keepdim=True) + eps)
+    x = newton_schulz_iterations(x / (x.norm(dim=(-2, -1), keepdim=True) + eps), steps)
+    if tall:
+        x = x.mT
+    return x[0] if single else x
+
+
+def newton_schulz_iterations(x: torch.Tensor, steps: int = NS_STEPS) -> torch.Tensor:
+    """``steps`` iterations X ← aX + (bA + cA²)X, A = XXᵀ, on a (k, m, n) stack of wide (m ≤ n),
+    normed fp32 matrices.
+
+    Each iteration is three products: A, then bA + cA² and aX + (bA + cA²)X each as one
+    ``baddbmm`` (the scaling and the sum done by the product itself). Written as separate
+    products, scalings and sums, the same iterations took 1.28x the time on the demo's student
+    (small matrices, whose element-wise passes weigh almost as much as their products); the
+    results differ by float rounding (``benchmarks/newton_schulz_ab.py``)."""
+    a, b, c = NS_COEFFICIENTS
     for _ in range(steps):
         gram = x @ x.mT
-        x = a * x + (b * gram + c * gram @ gram) @ x
-    return x.mT if tall else x
+        x = torch.baddbmm(x, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x
 
 
 STACK_BYTES = 16 * 2**20
