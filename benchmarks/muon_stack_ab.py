@@ -52,10 +52,11 @@ def main() -> int:
     identical = all(torch.equal(a, b) for a, b in zip(*params.values(), strict=True))
     matrices = sum(1 for q in student.parameters() if q.dim() == 2)
     shapes = len({tuple(q.shape) for q in student.parameters() if q.dim() == 2})
-    return report(args, cfg, seconds, "one call per matrix", f"{matrices} matrices in {shapes} shapes, steps",
+    return report(args, cfg, seconds, "one call per matrix", f"{matrices} matrices in {shapes} shapes",
                   f"weights after {args.repeats + 1} steps: max |difference| {diff:.3g}, "
                   f"bit for bit equal: {identical}",
                   diff, matrices=matrices, shapes=shapes, identical=identical)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -65,7 +65,7 @@ def main() -> int:
         steps = 2 * (args.repeats + 1)
         for k in range(steps):  # frozen features of every batch to come, untimed
             micro_batch(run, k)
-        student = run.model.student if hasattr(run.model, "student") else run.model
+        student = run.student
         callers = {"projector at read positions": lambda fn, *a, **k: fn(student, *a, **k),
                    "projector everywhere": lambda fn, *a, **k: fn(ProjectEverywhere(student), *a, **k)}
 

@@ -47,7 +47,7 @@ def report(args: argparse.Namespace, cfg: Config, seconds: dict[str, float], bef
     1 when the two computed results differ by more than float rounding (1e-5), else 0."""
     rows = before_after_rows(seconds, before)
     print(f"student {cfg.model.width} x {cfg.model.depth}: {header}, threads: {torch.get_num_threads()}, "
-          f"median of {args.repeats}")
+          f"median of {args.repeats} rounds")
     print_before_after(rows)
     print(f"  {result}")
     if args.out:

@@ -62,6 +62,8 @@ def test_repa_positions_project_exactly_those_positions():
     assert student.projector[0].weight.grad.abs().sum() > 0
     with pytest.raises(ValueError, match="repa_positions has shape"):
         student(**inp, want_repa=True, repa_positions=at[:, :-1])
+    with pytest.raises(ValueError, match="needs want_repa"):
+        student(**inp, repa_positions=at)
 
 
 def test_the_decode_gate_switches_only_the_mode_tokens():

@@ -180,8 +180,11 @@ def elf_reg_loss(student: Student, batch: TrainBatch, flow: FlowConfig, loss: Lo
     denoise_pos = answer & ~decode[:, None]
     # averaging-set sizes over the global batch, before any forward (every rank calls collectives
     # in the same order); the last one says whether any rank has a row with b = 1
+    # the projector runs only where L_REPA reads it: the same loss, and on the toy canvases (short
+    # answers) about a third of the projector's work (docs/performance.md)
+    repa_at = repa_mask(canvas.content_mask, use_reg)
     n_answer, n_denoise, n_decode, n_repa, n_reg, n_aux = _averaging_counts(
-        [answer, denoise_pos, decode_pos, repa_mask(canvas.content_mask, use_reg), ~decode, b], reduce_counts)
+        [answer, denoise_pos, decode_pos, repa_at, ~decode, b], reduce_counts)
 
     # Auxiliary predictions of Eq. 8 (no gradient, rows with b = 1, at each row's own w). When
     # another rank has such rows and this one none, the passes run on no rows: sharded weights
@@ -206,11 +209,8 @@ def elf_reg_loss(student: Student, batch: TrainBatch, flow: FlowConfig, loss: Lo
                 rv_nosc = rv_nosc.index_copy(0, rows, velocity(nosc.reg_hat, rr, tr, flow.c_min))
                 rv_sc = rv_sc.index_copy(0, rows, velocity(with_sc.reg_hat, rr, tr, flow.c_min))
 
-    # the projector runs only where L_REPA reads it: the same loss, and on the toy canvases (short
-    # answers) about a third of the projector's work (docs/performance.md)
-    repa_at = repa_mask(canvas.content_mask, use_reg) if loss.repa else None
     out = student(z, sc, t_in, w, prompt, decode=decode, reg=r_in, reg_self_cond=reg_sc, want_repa=loss.repa,
-                  repa_positions=repa_at)
+                  repa_positions=repa_at if loss.repa else None)
 
     v_target = sc_cfg_target(x, z, t, b, w, v_sc, v_nosc, flow.c_min)
     per_pos = velocity_sq_error(out.x_hat, z, t, v_target, flow.c_min)

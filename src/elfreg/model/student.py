@@ -175,6 +175,8 @@ class Student(nn.Module):
         with_reg = self.extra_token == "reg" and not drop_reg
         if drop_reg and want_repa:
             raise ValueError("REPA reads the REG position; it cannot be asked for with the REG token dropped")
+        if repa_positions is not None and not want_repa:
+            raise ValueError("repa_positions says where to project: it needs want_repa=True")
         if with_reg and reg is None:
             raise ValueError("this student has a REG token: pass reg (noise at the start of sampling)")
         with fp32(z.device):
