@@ -93,3 +93,11 @@ def test_sample_and_eval_settings_replace_and_sweep():
     assert cfg.sample.replace(nfe=None, rho=4) == cfg.sample.replace(rho=4)  # None means "not given"
     with pytest.raises(ConfigError, match="sample: unknown"):
         cfg.sample.replace(steps=3)
+
+
+def test_toy_balance_only_for_one_step_arith(tmp_path):
+    assert Config.load(_write(tmp_path, {}), ["data.toy_balance=tens"]).data.toy_balance == "tens"
+    for other in (["data.toy_level=2"], ["data.source=toy-code"]):
+        with pytest.raises(ConfigError) as err:
+            Config.load(_write(tmp_path, {}), ["data.toy_balance=tens", *other])
+        assert str(err.value).startswith("config error: data.toy_balance:")

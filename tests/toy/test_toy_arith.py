@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 
 import pytest
 
@@ -116,6 +117,43 @@ def test_deterministic_for_a_seed() -> None:
     assert [e["prompt"] for e in other] != [e["prompt"] for e in A.heldout("test", 1, CFG)]
 
 
+def _tens_shares(exs: list[dict]) -> dict[int, float]:
+    groups = Counter(A.tens_group(int(e["final"]), CFG) for e in exs)
+    return {g: groups[g] / len(exs) for g in sorted(groups)}
+
+
+def test_tens_balance_evens_the_result_digits_and_stays_in_split() -> None:
+    uniform = A.sample("train", 1, 6000, seed=0, cfg=CFG)
+    balanced = A.sample("train", 1, 6000, seed=0, cfg=CFG, balance="tens")
+    # Uniform over combinations the 50s are rare (40 of 931 training combinations); balanced,
+    # each of the six digits holds a sixth of the draws.
+    assert _tens_shares(uniform)[5] < 0.06
+    assert all(abs(share - 1 / 6) < 0.02 for share in _tens_shares(balanced).values())
+    assert len(_tens_shares(balanced)) == 6
+    # Same combinations as the uniform draw may use, all of the training split, answers correct.
+    test_keys = {e["key"] for e in A.heldout("test", 1, CFG)}
+    assert all(A.split_of(e["key"], CFG) == "train" and e["key"] not in test_keys for e in balanced)
+    assert all(A.verify_example(e) == [] for e in balanced[:500])
+    # Within a digit every combination is equally likely: the lone 60 (30 + 30) joins the 50s.
+    assert A.tens_group(60, CFG) == A.tens_group(59, CFG) == 5 and A.tens_group(9, CFG) == 0
+    assert A.sample("train", 1, 50, seed=3, cfg=CFG, balance="tens") == \
+        A.sample("train", 1, 50, seed=3, cfg=CFG, balance="tens")
+
+
+def test_tens_balanced_weights_are_inverse_digit_counts() -> None:
+    combos = [(1, "+", 2), (3, "+", 4), (5, "+", 9), (20, "+", 21), (30, "-", 1)]
+    weights = A.tens_balanced_weights(combos, CFG)
+    # digits 0, 0, 1, 4, 2: the two 0s share their digit's weight
+    assert weights == [0.5, 0.5, 1.0, 1.0, 1.0]
+
+
+def test_balance_refused_where_it_does_not_apply() -> None:
+    with pytest.raises(ValueError, match="balance must be one of"):
+        A.sample("train", 1, 5, balance="answers")
+    with pytest.raises(ValueError, match="one-step"):
+        A.sample("train", 2, 5, balance="tens")
+
+
 def test_wordings_vary() -> None:
     exs = A.sample("train", 1, 300, seed=0)
     questions = {re.sub(r"\d+", "N", e["prompt"]) for e in exs}
@@ -162,3 +200,14 @@ def test_error_kind_names_what_went_wrong() -> None:
     assert A.error_kind("So 5 - 17 = 13.\n#### 13", minus) == "wrong operands"
     assert A.error_kind("So 17 - 5 = 13.\n#### 13", minus) == "off by one"
     assert A.ERROR_KINDS[-1] == "other" and len(set(A.ERROR_KINDS)) == len(A.ERROR_KINDS)
+
+
+def test_toy_examples_draw_as_the_config_says() -> None:
+    from elfreg.config import DataConfig
+    from elfreg.toy.registry import toy_examples
+
+    def fifties(balance: str) -> float:
+        exs = toy_examples(DataConfig(toy_count=3000, toy_balance=balance))
+        return sum(A.tens_group(int(A.final_answer(e.answer)), CFG) == 5 for e in exs) / len(exs)
+
+    assert fifties("combination") < 0.07 and abs(fifties("tens") - 1 / 6) < 0.03

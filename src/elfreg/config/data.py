@@ -74,6 +74,7 @@ class DataConfig:
     toy_max_number: int = 30  # toy-arith operands in 1..toy_max_number
     toy_count: int = 20000  # toy examples drawn (combinations repeat with varied wordings)
     toy_seed: int = 0
+    toy_balance: Literal["combination", "tens"] = "combination"  # toy-arith level 1: arith.BALANCES
     limit: int = 0  # 0: all examples
 
     def resolved_sources(self) -> list[SourceConfig]:
@@ -93,6 +94,9 @@ class DataConfig:
         out = [("data.limit", self.limit >= 0, "must be >= 0 (0: all examples)"),
                ("data.toy_count", self.toy_count >= 1, "must be >= 1"),
                ("data.toy_max_number", self.toy_max_number >= 2, "must be >= 2"),
+               ("data.toy_balance", self.toy_balance == "combination" or (self.source == "toy-arith"
+                                                                       and self.toy_level == 1),
+                "applies to toy-arith one-step problems (data.toy_level: 1) only"),
                ("data.source", self.source in kinds | {"mixture"}, f"must be one of {sorted(kinds | {'mixture'})}"),
                ("data.path", self.source not in ("jsonl", "hf") or bool(self.path),
                 f"is required for data.source {self.source!r}"),

@@ -42,7 +42,8 @@ def toy_examples(cfg: DataConfig) -> list[Example]:
 
     if cfg.source == "toy-arith":
         arith = toy_arith.ArithConfig(max_number=cfg.toy_max_number)
-        records = toy_arith.sample(cfg.split, cfg.toy_level, cfg.toy_count, seed=cfg.toy_seed, cfg=arith)
+        records = toy_arith.sample(cfg.split, cfg.toy_level, cfg.toy_count, seed=cfg.toy_seed, cfg=arith,
+                                   balance=cfg.toy_balance)
     elif cfg.source == "toy-code":
         records = toy_code.sample(cfg.split, cfg.toy_count, seed=cfg.toy_seed)
     else:
