@@ -125,16 +125,16 @@ def _tens_shares(exs: list[dict]) -> dict[int, float]:
 def test_tens_balance_evens_the_result_digits_and_stays_in_split() -> None:
     uniform = A.sample("train", 1, 6000, seed=0, cfg=CFG)
     balanced = A.sample("train", 1, 6000, seed=0, cfg=CFG, balance="tens")
-    # Uniform over combinations the 50s are rare (40 of 931 training combinations); balanced,
-    # each of the six digits holds a sixth of the draws.
+    # Uniform over combinations the 50s are rare (41 of 931 training combinations, 60 included);
+    # balanced, each of the six digits holds a sixth of the draws.
     assert _tens_shares(uniform)[5] < 0.06
     assert all(abs(share - 1 / 6) < 0.02 for share in _tens_shares(balanced).values())
     assert len(_tens_shares(balanced)) == 6
-    # Same combinations as the uniform draw may use, all of the training split, answers correct.
+    # Every draw is a training combination (never a held-out one) with a correct answer.
     test_keys = {e["key"] for e in A.heldout("test", 1, CFG)}
     assert all(A.split_of(e["key"], CFG) == "train" and e["key"] not in test_keys for e in balanced)
     assert all(A.verify_example(e) == [] for e in balanced[:500])
-    # Within a digit every combination is equally likely: the lone 60 (30 + 30) joins the 50s.
+    # The lone 60 (30 + 30) joins the 50s; a seed gives the same draws.
     assert A.tens_group(60, CFG) == A.tens_group(59, CFG) == 5 and A.tens_group(9, CFG) == 0
     assert A.sample("train", 1, 50, seed=3, cfg=CFG, balance="tens") == \
         A.sample("train", 1, 50, seed=3, cfg=CFG, balance="tens")

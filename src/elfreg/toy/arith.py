@@ -298,9 +298,9 @@ def tens_group(result: int, cfg: ArithConfig) -> int:
 def tens_balanced_weights(combos: list[tuple[int, str, int]], cfg: ArithConfig) -> list[float]:
     """Draw weights of one-step ``combos`` that give every tens digit of the result the same share:
     ``1 / (number of combos with that digit)``. Uniform over combinations, the digits are far from
-    equal (with operands up to 30, a training result lies in the 50s for 4 % of combinations and
+    equal (with operands up to 30, a training result lies in the 50s for 4.4 % of combinations and
     in the 10s for 22 %), and a student learns the rare high digits last."""
-    groups = [tens_group(a + b if op == "+" else a - b, cfg) for a, op, b in combos]
+    groups = [tens_group(_eq(a, op, b)[1], cfg) for a, op, b in combos]
     counts = Counter(groups)
     return [1.0 / counts[g] for g in groups]
 
