@@ -1,0 +1,74 @@
+"""Training steps of the toy demo's ELF-REG student at several widths, measured side by side: what a
+narrower student saves per step, to set how many more steps it can take in the demo's time.
+
+Each width is its own run of the demo's config (``model.width`` and ``model.projector_hidden`` =
+2 × width changed, everything else as the demo trains it); the frozen features of every batch to
+come are computed beforehand, so only the student's step (forward, backward, ELF's Muon, EMA) is
+timed. The runs step in turns (which goes first alternates) and each reports the median of its
+steps; the ratio is over the first width given.
+
+    python benchmarks/student_width_ab.py --widths 96 80 64 --repeats 40
+    python benchmarks/student_width_ab.py --quick --widths 32 24 --repeats 2 --out width.json
+
+The toy LMs come from the demo's cache (``$ELFREG_CACHE``), built there first when missing. The
+epoch of the feature cache's misses (the frozen encoder and teacher on each new batch) is not
+timed here and does not depend on the width.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from elfreg.toy.demo import demo_config, variant_config
+from elfreg.train.build import start_run
+from elfreg.train.step import micro_batch, train_step
+
+from perf.common import timed, write_report
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--widths", type=int, nargs="+", default=[96, 80, 64], help="student widths; the first is the base")
+    p.add_argument("--repeats", type=int, default=40, help="timed steps of each width")
+    p.add_argument("--quick", action="store_true", help="the quick demo's run (its toy LMs build in a minute)")
+    p.add_argument("--out", type=Path, help="write the results as JSON here")
+    args = p.parse_args()
+    if len(set(args.widths)) != len(args.widths):
+        p.error("--widths must differ")
+    runs, params = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for width in args.widths:
+            sizes = [f"model.width={width}", f"model.projector_hidden={2 * width}"]
+            base = demo_config(quick=args.quick, overrides=sizes)
+            run, _ = start_run(variant_config(base, "elf-reg", Path(tmp) / str(width), progress=False), None,
+                               resume_existing=False)
+            for k in range(args.repeats + 1):  # frozen features of every batch to come, untimed
+                micro_batch(run, k)
+            runs[width], params[width] = run, sum(q.numel() for q in run.student.parameters())
+        times: dict[int, list[float]] = {w: [] for w in args.widths}
+        for step in range(args.repeats + 1):  # the first round warms up, untimed
+            for width in args.widths[::1 if step % 2 else -1]:
+                seconds = timed(lambda w=width, s=step: train_step(runs[w], s), torch.device("cpu"))
+                if step:
+                    times[width].append(seconds)
+    base = statistics.median(times[args.widths[0]])
+    rows = [{"width": w, "params": params[w], "seconds": statistics.median(times[w]),
+             "cost_vs_base": statistics.median(times[w]) / base} for w in args.widths]
+    print(f"demo student x {runs[args.widths[0]].cfg.model.depth} blocks, threads: {torch.get_num_threads()}, "
+          f"median of {args.repeats} steps each (frozen features cached)")
+    for r in rows:
+        print(f"  width {r['width']:4d}  {r['params'] / 1e6:5.2f}M params  {1000 * r['seconds']:8.2f} ms a step  "
+              f"{r['cost_vs_base']:.3f}x of width {args.widths[0]}")
+    if args.out:
+        write_report(args.out, {"widths": args.widths, "repeats": args.repeats, "quick": args.quick}, rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
