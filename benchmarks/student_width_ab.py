@@ -5,7 +5,7 @@ Each width is its own run of the demo's config (``model.width`` and ``model.proj
 2 × width changed, everything else as the demo trains it); the frozen features of every batch to
 come are computed beforehand, so only the student's step (forward, backward, ELF's Muon, EMA) is
 timed. The runs step in turns (which goes first alternates) and each reports the median of its
-steps; the ratio is over the first width given.
+steps and its speed-up over the first width given (below 1: slower).
 
     python benchmarks/student_width_ab.py --widths 96 80 64 --repeats 40
     python benchmarks/student_width_ab.py --quick --widths 32 24 --repeats 2 --out width.json
@@ -29,7 +29,7 @@ from elfreg.toy.demo import demo_config, variant_config
 from elfreg.train.build import start_run
 from elfreg.train.step import micro_batch, train_step
 
-from perf.common import timed, write_report
+from perf.common import before_after_rows, print_before_after, timed, write_report
 
 
 def main() -> int:
@@ -57,14 +57,13 @@ def main() -> int:
                 seconds = timed(lambda w=width, s=step: train_step(runs[w], s), torch.device("cpu"))
                 if step:
                     times[width].append(seconds)
-    base = statistics.median(times[args.widths[0]])
-    rows = [{"width": w, "params": params[w], "seconds": statistics.median(times[w]),
-             "cost_vs_base": statistics.median(times[w]) / base} for w in args.widths]
+    base = f"width {args.widths[0]}"
+    rows = before_after_rows({f"width {w}": statistics.median(times[w]) for w in args.widths}, base)
+    for row, width in zip(rows, args.widths, strict=True):
+        row.update(width=width, params=params[width])
     print(f"demo student x {runs[args.widths[0]].cfg.model.depth} blocks, threads: {torch.get_num_threads()}, "
-          f"median of {args.repeats} steps each (frozen features cached)")
-    for r in rows:
-        print(f"  width {r['width']:4d}  {r['params'] / 1e6:5.2f}M params  {1000 * r['seconds']:8.2f} ms a step  "
-              f"{r['cost_vs_base']:.3f}x of width {args.widths[0]}")
+          f"median of {args.repeats} steps each (frozen features cached); speed-up over {base}")
+    print_before_after(rows)
     if args.out:
         write_report(args.out, {"widths": args.widths, "repeats": args.repeats, "quick": args.quick}, rows)
     return 0

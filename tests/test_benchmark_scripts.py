@@ -94,10 +94,10 @@ def test_student_width_ab_times_each_width_against_the_first(tmp_path):
     _run("student_width_ab.py", "--quick", "--widths", "32", "16", "--repeats", "2", "--out", str(out),
          env={"ELFREG_CACHE": str(tmp_path / "cache")})
     rows = {r["width"]: r for r in json.loads(out.read_text())["rows"]}
-    assert set(rows) == {32, 16} and rows[32]["cost_vs_base"] == 1.0
+    assert set(rows) == {32, 16} and rows[32]["speedup"] == 1.0
     # each width is its own student: half the width, fewer parameters (not a relabelled copy)
     assert rows[16]["params"] < rows[32]["params"] and all(r["seconds"] > 0 for r in rows.values())
-    assert rows[16]["cost_vs_base"] == rows[16]["seconds"] / rows[32]["seconds"]
+    assert rows[16]["speedup"] == rows[32]["seconds"] / rows[16]["seconds"]
 
 
 def test_grid_stats_reproduce_the_papers_early_stop_time():
