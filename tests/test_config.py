@@ -101,3 +101,4 @@ def test_toy_balance_only_for_one_step_arith(tmp_path):
         with pytest.raises(ConfigError) as err:
             Config.load(_write(tmp_path, {}), ["data.toy_balance=tens", *other])
         assert str(err.value).startswith("config error: data.toy_balance:")
+        assert str(err.value).endswith("elsewhere set it to combination")  # the message names the fix

@@ -96,7 +96,7 @@ class DataConfig:
                ("data.toy_max_number", self.toy_max_number >= 2, "must be >= 2"),
                ("data.toy_balance", self.toy_balance == "combination" or (self.source == "toy-arith"
                                                                        and self.toy_level == 1),
-                "applies to toy-arith one-step problems (data.toy_level: 1) only"),
+                "applies to toy-arith one-step problems (data.toy_level: 1) only; elsewhere set it to combination"),
                ("data.source", self.source in kinds | {"mixture"}, f"must be one of {sorted(kinds | {'mixture'})}"),
                ("data.path", self.source not in ("jsonl", "hf") or bool(self.path),
                 f"is required for data.source {self.source!r}"),
