@@ -87,14 +87,14 @@ def test_the_one_step_study_trains_the_demos_recipe():
 
 
 def test_the_candidate_recipe_changes_only_what_it_names():
-    """configs/demo-80-wide.yaml is the default demo with five recipe settings changed (its record
+    """configs/demo-80-wide.yaml is the default demo with six recipe settings changed (its record
     compares the two): every other setting, the evaluation's included, is the default's."""
     changed = {("model", "width"): 80, ("model", "projector_hidden"): 160, ("train", "steps"): 4800,
                ("train", "lr"): 1e-2, ("train", "weight_decay"): 0.2, ("data", "toy_balance"): "tens"}
     candidate, demo = Config.load(CONFIGS / "demo-80-wide.yaml").to_dict(), demo_config().to_dict()
     for (section, key), value in changed.items():
         assert candidate[section][key] == value and demo[section][key] != value, (section, key)
-        candidate[section].pop(key), demo[section].pop(key)
+        del candidate[section][key], demo[section][key]
     assert candidate == demo
 
 
