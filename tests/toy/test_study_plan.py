@@ -75,10 +75,13 @@ def test_the_shipped_plans_load():
     level2 = load_plan(CONFIGS / "study-toy-level2.yaml")
     assert level2.base.data.toy_level == 2 and level2.base.train.steps == 6000
     assert len(level2.train_cells()) == 2 and len(level2.eval_cells()) == 2 * 2 * 3 * 2
-    assert study.base.train.steps == 4000 and study.base.model.width == 96
+    assert study.base.train.steps == 4800 and study.base.model.width == 80
     earlier = load_plan(CONFIGS / "study-toy-level1-2400.yaml")  # the grid of the records' runs
     assert earlier.base.train.steps == 2400 and earlier.base.model.width == 128
     assert earlier.plan.samplers == study.plan.samplers and len(earlier.eval_cells()) == len(study.eval_cells())
+    kept = load_plan(CONFIGS / "study-toy-level1-96-wide.yaml")  # the latest table's grid
+    assert (kept.base.model.width, kept.base.train.lr, kept.base.data.toy_balance) == (96, 5e-3, "combination")
+    assert [c.id for c in kept.eval_cells()] == [c.id for c in study.eval_cells()]
     sweeps = load_plan(CONFIGS / "study-toy-level1-sweeps.yaml")
     from elfreg.toy.study.plan import training_settings  # the sweeps train nothing that study has not
     assert training_settings(sweeps.to_dict())["elf-reg"] == training_settings(earlier.to_dict())["elf-reg"]

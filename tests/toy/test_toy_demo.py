@@ -40,19 +40,25 @@ def test_demo_variants_differ_only_in_the_training_signals(tmp_path):
 
 def test_the_default_demo_is_the_documented_budget():
     cfg = demo_config()
-    assert (cfg.model.width, cfg.model.depth, cfg.train.steps, cfg.train.batch_size) == (96, 4, 4000, 32)
+    assert (cfg.model.width, cfg.model.depth, cfg.train.steps, cfg.train.batch_size) == (80, 4, 4800, 32)
     assert cfg.model.projector_hidden == 2 * cfg.model.width  # the REPA projector scales with the student
-    assert (cfg.train.optimizer, cfg.train.lr, cfg.train.weight_decay) == ("muon", 5e-3, 0.4)
+    assert (cfg.train.optimizer, cfg.train.lr, cfg.train.weight_decay) == ("muon", 1e-2, 0.2)
+    assert (cfg.data.toy_level, cfg.data.toy_balance) == (1, "tens")
     assert [s.nfe for s in cfg.eval.grid(cfg.sample)] == [4, 8, 16, 4, 8, 16]
     assert (cfg.flow.w_min, cfg.flow.w_max, cfg.sample.sc_cfg) == (0.5, 2.0, 1.0)  # see docs/demo.md
     quick = demo_config(quick=True)
     assert quick.text.encoder == "toy-quick:encoder" and quick.eval.limit == 48 and quick.train.steps == 150
     assert (quick.train.optimizer, quick.train.weight_decay) == ("adamw", 0.0)
+    assert (quick.model.width, quick.model.projector_hidden) == (96, 192)  # see QUICK
 
 
 def test_demo_settings_are_a_strict_run_config(tmp_path):
-    cfg = demo_config(overrides=["data.toy_level=2", "eval.nfes=[4,64]", "text.canvas_len=104"])
+    cfg = demo_config(overrides=["data.toy_level=2", "data.toy_balance=combination", "eval.nfes=[4,64]",
+                                 "text.canvas_len=104"])
     assert (cfg.data.toy_level, cfg.eval.nfes, cfg.text.canvas_len) == (2, [4, 64], 104)
+    # the default's tens balance is a one-step setting: multi-step problems must say so
+    with pytest.raises(ConfigError, match="data.toy_balance: .*set it to combination"):
+        demo_config(overrides=["data.toy_level=2"])
     for bad, key in (("eval.nfez=[4]", "eval.nfez"), ("eval.nfes=[4,x]", "eval.nfes"),
                      ("eval.nfes=[1]", "eval.nfes"), ("eval.curve_points=-1", "eval.curve_points"),
                      ("eval.samplers=[ddim]", "eval.samplers"), ("train.steps=-5", "train.steps")):
@@ -86,16 +92,18 @@ def test_the_one_step_study_trains_the_demos_recipe():
     assert study["eval"]["samples"] == 3 and study["eval"]["curve_points"] == 8
 
 
-def test_the_candidate_recipe_changes_only_what_it_names():
-    """configs/demo-80-wide.yaml is the default demo with six recipe settings changed (its record
-    compares the two): every other setting, the evaluation's included, is the default's."""
-    changed = {("model", "width"): 80, ("model", "projector_hidden"): 160, ("train", "steps"): 4800,
-               ("train", "lr"): 1e-2, ("train", "weight_decay"): 0.2, ("data", "toy_balance"): "tens"}
-    candidate, demo = Config.load(CONFIGS / "demo-80-wide.yaml").to_dict(), demo_config().to_dict()
+def test_the_kept_study_recipe_changes_only_what_it_names():
+    """configs/toy-study-level1-96-wide.yaml, the recipe of the latest study table, is today's study
+    config with six recipe settings changed (docs/demo.md compares the two): every other setting,
+    the evaluation's included, is today's."""
+    changed = {("model", "width"): 96, ("model", "projector_hidden"): 192, ("train", "steps"): 4000,
+               ("train", "lr"): 5e-3, ("train", "weight_decay"): 0.4, ("data", "toy_balance"): "combination"}
+    kept, today = (Config.load(CONFIGS / name).to_dict()
+                   for name in ("toy-study-level1-96-wide.yaml", "toy-study-level1.yaml"))
     for (section, key), value in changed.items():
-        assert candidate[section][key] == value and demo[section][key] != value, (section, key)
-        del candidate[section][key], demo[section][key]
-    assert candidate == demo
+        assert kept[section][key] == value and today[section][key] != value, (section, key)
+        del kept[section][key], today[section][key]
+    assert kept == today
 
 
 def test_demo_quick_end_to_end(tmp_path, monkeypatch):
