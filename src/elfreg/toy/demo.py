@@ -56,13 +56,14 @@ from elfreg.train.loop import train
 # the same time (80 wide: 0.83x a 96-wide step, so 4,800 steps cost what 4,000 did), and a higher
 # learning rate at the same lr x decay finishes the slow runs sooner (at lr 5e-3 an 80-wide seed
 # still climbed 84.8 -> 91.9 % over its last 800 steps, at 1e-2 it ended at 99.3 %; five seeds
-# chosen after lie 4.7 points apart, 7.0 under AVX2 kernels). 4,000 such steps are too few: of two seeds one stopped at
-# 85.0 % (docs/records/2026-12-06-toy-recipe-80-wide-default.md). Draws balanced over the tens
-# digit remove the runs that stop short on results in the 50s (4.7 % of uniform draws). Decay
-# brings the jump forward (valid pass@1 at 1,500 steps, lr 2e-3: 34 % without decay, 70 % at
-# 1.0). The SC-CFG scale is drawn from [0.5, 2] in training, not the paper's [0.5, 5]: with the
-# auxiliary predictions at the row's w, learning the strongly extrapolated targets of w up to 5
-# cost an earlier student 44 points on the valid split; sampling at w = 1, 2 or 3 scores alike.
+# chosen after lie 4.7 points apart, 7.0 under AVX2 kernels). 4,000 such steps are too few: of
+# two seeds one stopped at 85.0 % (docs/records/2026-12-06-toy-recipe-80-wide-default.md). Draws
+# balanced over the tens digit remove the runs that stop short on results in the 50s (4.7 % of
+# uniform draws). Decay brings the jump forward (valid pass@1 at 1,500 steps, lr 2e-3: 34 %
+# without decay, 70 % at 1.0). The SC-CFG scale is drawn from [0.5, 2] in training, not the
+# paper's [0.5, 5]: with the auxiliary predictions at the row's w, learning the strongly
+# extrapolated targets of w up to 5 cost an earlier student 44 points on the valid split;
+# sampling at w = 1, 2 or 3 scores alike.
 DEMO = {
     "text": {"encoder": "toy:encoder", "encoder_layer": 2, "teacher": "toy:teacher", "repa_layer": 1,
              "reg_layer": 2, "canvas_len": 56, "prompt_cap": 32},
