@@ -12,22 +12,17 @@ from pathlib import Path
 import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
+from elfreg.compiling import use_capability_cache
 from elfreg.config import Config
 
 # The project's checksummed benchmark copies lie beside the checkout (and beside CI's clone); a
 # variable set by the caller wins. Tests that need a file skip, naming it, where it is absent.
 os.environ.setdefault("ELFREG_DATA_DIR", str(Path(__file__).resolve().parents[1].parent / "shared" / "data"))
-# Inductor's on-disk kernels do not record which CPU capability they were built for: a suite run
-# with the kernels held to AVX2 (ATEN_CPU_CAPABILITY=avx2) after one with AVX-512 reused the
-# AVX-512 kernels and the compiled network returned values near 1e35. One cache per capability,
-# unless the caller chose one (importing torch may already have filled in Inductor's default).
-if os.environ.get("TORCHINDUCTOR_CACHE_DIR") in (None, os.path.abspath(default_cache_dir())):
-    _CAPABILITY = torch.backends.cpu.get_cpu_capability().lower()
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(
-        Path(tempfile.gettempdir()) / f"elfreg-tests-inductor-{getpass.getuser()}-{_CAPABILITY}")
+# One Inductor kernel cache per CPU capability (elfreg.compiling), a temporary one of the suite's own,
+# unless the caller chose a folder.
+use_capability_cache(Path(tempfile.gettempdir()) / f"elfreg-tests-inductor-{getpass.getuser()}")
 
 CHARS = list(string.ascii_letters + string.digits + " .,?+-=#\n")
 SPECIALS = ["<eos>"]

@@ -1,5 +1,6 @@
 """The scale-out seam: what ``parallelize`` returns is what the optimiser, EMA and steps train."""
 
+import pytest
 import torch
 from train_helpers import EXAMPLES
 
@@ -31,3 +32,12 @@ def test_build_hands_the_parallelized_student_to_optimiser_and_ema(tiny_cfg, mon
     optimised = [p for group in run.optimizer.param_groups for p in group["params"]]
     assert {id(p) for p in optimised} == {id(p) for p in run.student.parameters()}
     assert all(torch.all(v == 0.5) for k, v in run.ema.state_dict().items() if v.is_floating_point())
+
+
+def test_training_refuses_compile_before_any_step_where_it_cannot_run(tiny_cfg, monkeypatch):
+    from elfreg import compiling
+    from elfreg.compiling import CompileUnavailable
+
+    monkeypatch.setattr(compiling, "compile_problem", lambda: "InvalidCxxCompiler: none here")
+    with pytest.raises(CompileUnavailable, match="none here"):
+        build_run(tiny_cfg(train={"compile": True}), EXAMPLES)

@@ -124,3 +124,19 @@ def test_compiled_blocks_train_what_eager_blocks_train(tiny_cfg, tmp_path):
         runs[compiled] = [m["total"] for m in metrics(tmp_path / str(compiled))]
         assert open_checkpoint(cfg.train.out_dir).load_student() is not None  # same parameter names
     assert runs[True] == pytest.approx(runs[False], rel=1e-3)
+
+
+@pytest.mark.slow  # three compiles of the blocks, tens of seconds each on 2 shared cores
+def test_a_compiled_run_resumed_in_a_new_process_repeats_the_uninterrupted_one(tiny_cfg, tmp_path):
+    """The auxiliary passes run on a different number of rows each step; a resumed process meets
+    those shapes in another order. ``torch._dynamo.reset()`` stands for the new process."""
+    straight = tiny_cfg(train={"steps": 6, "compile": True, "out_dir": str(tmp_path / "a")})
+    sliced = tiny_cfg(train={"steps": 6, "compile": True, "out_dir": str(tmp_path / "b")})
+    torch._dynamo.reset()
+    train(straight, EXAMPLES)
+    torch._dynamo.reset()
+    train(sliced, EXAMPLES, stop_at=3)
+    torch._dynamo.reset()
+    train(sliced, EXAMPLES)
+    a, b = metrics(tmp_path / "a"), metrics(tmp_path / "b")
+    assert [m["total"] for m in a] == [m["total"] for m in b] and a[-1]["total"] != a[0]["total"]

@@ -42,6 +42,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from ..compiling import require_compile
 from ..device import autocast
 from ..model.inference import Bf16Copy
 from ..model.student import Student
@@ -118,6 +119,7 @@ class StudentNetwork:
         if not self.compile:
             return model
         if self._compiled is None or self._compiled[0] is not model:
+            require_compile("the sampler's compile")
             self._compiled = (model, torch.compile(model))
         return self._compiled[1]
 
