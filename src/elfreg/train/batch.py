@@ -21,7 +21,7 @@ from ..data.examples import Example
 from ..data.shards import ShardedExamples
 from ..flow.noising import RowDraws
 from ..flow.objective import TrainBatch
-from ..text.canvas import Canvas, back_to_canvas
+from ..text.canvas import Canvas, back_to_canvas, token_ids
 from ..text.frozen import TeacherTargets
 from ..text.load import FrozenText
 from .feature_cache import FeatureCache
@@ -85,14 +85,24 @@ def row_draws(seed: int, micro: int, positions: Sequence[int], device: torch.dev
     return RowDraws([torch.Generator(device=device).manual_seed(row_seed(seed, micro, p)) for p in positions])
 
 
-def build_canvas(frozen: FrozenText, examples: TrainingData, indices: list[int], device: torch.device) -> Canvas:
+def build_canvas(frozen: FrozenText, examples: TrainingData, indices: list[int], device: torch.device,
+                 cache: FeatureCache | None = None) -> Canvas:
     """The canvas (ELF-REG §3, App. A.1) of ``examples[i]`` for ``i`` in ``indices``, on ``device``: texts
-    are tokenised here, prepared shards (:class:`~elfreg.data.shards.ShardedExamples`) come
-    as token ids."""
-    chosen = [examples[i] for i in indices]
+    are tokenised here (once per example with a ``cache``, which keeps the ids), prepared shards
+    (:class:`~elfreg.data.shards.ShardedExamples`) come as token ids."""
+    builder = frozen.canvas
     if isinstance(examples, ShardedExamples):
-        return frozen.canvas.build_ids([e.prompt for e in chosen], [e.answer for e in chosen]).to(device)
-    return frozen.canvas.build([e.prompt for e in chosen], [e.answer for e in chosen]).to(device)
+        chosen = [examples[i] for i in indices]
+        return builder.build_ids([e.prompt for e in chosen], [e.answer for e in chosen]).to(device)
+    if cache is None:
+        chosen = [examples[i] for i in indices]
+        return builder.build([e.prompt for e in chosen], [e.answer for e in chosen]).to(device)
+
+    def tokenize(new: list[int]) -> tuple[list[list[int]], list[list[int]]]:
+        return (token_ids(builder.tokenizer, [examples[i].prompt for i in new]),
+                token_ids(builder.tokenizer, [examples[i].answer for i in new]))
+
+    return builder.build_ids(*cache.token_ids(indices, tokenize)).to(device)
 
 
 def frozen_features(frozen: FrozenText, canvas: Canvas, with_teacher: bool, dropped: torch.Tensor | None = None
@@ -127,7 +137,7 @@ def make_batch(frozen: FrozenText, examples: TrainingData, indices: list[int], w
     of seen examples makes no frozen forward at all. Rows without their prompt are read afresh
     and never stored (their features are not the example's).
     """
-    canvas = build_canvas(frozen, examples, indices, device)
+    canvas = build_canvas(frozen, examples, indices, device, cache)
     drop = [bool(d) for d in dropped] if dropped is not None else [False] * len(indices)
     if cache is None:
         x, teacher = frozen_features(frozen, canvas, with_teacher, torch.tensor(drop, device=device))

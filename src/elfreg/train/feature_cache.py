@@ -7,11 +7,18 @@ later epoch the two frozen forwards. Features are computed on first visit (by
 :func:`elfreg.train.batch.make_batch`, which asks the cache which rows it lacks), so the first
 epoch costs what it costs without the cache and nothing is computed up front.
 
+The cache also keeps each example's prompt and answer token ids, so a later epoch does not
+tokenise its texts again: a toy demo batch's canvas took 6.4 ms from its texts and 0.32 ms from
+kept ids (medians of 600 batches side by side, on a 2-core machine busy with two other runs).
+
 Memory: one float32 (L, d) tensor per example plus (L, D) teacher states when REPA is on; about
-1.5 GB for 20,000 toy canvases. Leave it off for corpora that do not fit in memory.
+1.5 GB for 20,000 toy canvases (their token ids, a few tens of MB more). Leave it off for corpora
+that do not fit in memory.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -24,6 +31,7 @@ class FeatureCache:
     def __init__(self) -> None:
         self._x: dict[int, torch.Tensor] = {}
         self._teacher: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self._ids: dict[int, tuple[list[int], list[int]]] = {}
 
     def __len__(self) -> int:
         return len(self._x)
@@ -48,3 +56,14 @@ class FeatureCache:
         repa, reg, reg_repa = (torch.stack(parts) for parts in zip(*(self._teacher[i] for i in indices),
                                                                     strict=True))
         return x, TeacherTargets(repa=repa, reg=reg, reg_repa=reg_repa)
+
+    def token_ids(self, indices: list[int], tokenize: Callable[[list[int]], tuple[list[list[int]], list[list[int]]]]
+                  ) -> tuple[list[list[int]], list[list[int]]]:
+        """Prompt and answer token ids of ``indices``, in that order: ``tokenize`` is called once
+        with the examples not seen before (each once) and returns their prompts' and answers'
+        ids; the rest are read back."""
+        new = [i for i in dict.fromkeys(indices) if i not in self._ids]
+        if new:
+            prompts, answers = tokenize(new)
+            self._ids.update(zip(new, zip(prompts, answers, strict=True), strict=True))
+        return [self._ids[i][0] for i in indices], [self._ids[i][1] for i in indices]
