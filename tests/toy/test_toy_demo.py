@@ -190,3 +190,6 @@ def test_the_precision_line_names_the_students_device_and_precision(monkeypatch)
               "asset_report": {"encoder": {"digit_readout": {str(Config().text.encoder_layer): 0.5}}}}
     first = format_table(report).splitlines()[0]
     assert first.startswith("precision: bf16 on cuda (precision: auto, bf16 on CUDA; toy LMs built on the CPU in fp32")
+    assert "student blocks trained eager);" in first
+    report["config"]["train"]["compile"] = True
+    assert "student blocks trained compiled);" in format_table(report).splitlines()[0]

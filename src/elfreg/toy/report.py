@@ -17,8 +17,10 @@ def format_table(report: dict) -> str:
     rule = "fp32 on every CPU" if device == "cpu" else "bf16 on CUDA"
     why = f"forced by {prec['forced_by']}" if prec["forced_by"] else f"precision: auto, {rule}"
     lms = "" if device == "cpu" else f"; toy LMs built on the CPU in {prec['toy_lms']}"
+    blocks = "compiled" if report["config"]["train"].get("compile") else "eager"
     lines = [f"precision: {prec['resolved']} on {device} ({why}{lms}; this CPU has native bf16: "
-             f"{'yes' if prec['cpu_native_bf16'] else 'no'}); pass@1 ± sample std over sampling seeds",
+             f"{'yes' if prec['cpu_native_bf16'] else 'no'}; student blocks trained {blocks}); "
+             "pass@1 ± sample std over sampling seeds",
              f"held-out {level} problems of the {report['config']['eval']['split']} split "
              f"(unseen number combinations): {report['n_test_problems']}",
              f"most frequent answer ({b['most_frequent_answer']['answer']}): "
