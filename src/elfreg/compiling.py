@@ -67,5 +67,5 @@ def require_compile(setting: str) -> None:
     ``train.compile``) when :func:`compile_problem` finds one."""
     problem = compile_problem()
     if problem is not None:
-        raise CompileUnavailable(f"{setting} needs torch.compile, which cannot run here ({problem}); "
-                                 f"install a C++ compiler or turn {setting} off")
+        raise CompileUnavailable(f"{setting} needs torch.compile, which cannot run here ({problem}): "
+                                 f"install a C++ compiler, or run without {setting}")

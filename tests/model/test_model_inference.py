@@ -105,3 +105,15 @@ def test_a_compiled_network_gives_the_eager_networks_predictions():
     torch.testing.assert_close(x_c, x_e, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(r_c, r_e, rtol=1e-5, atol=1e-5)
     assert torch.equal(compiled.decode(z, mask, reg, w), eager.decode(z, mask, reg, w))
+
+
+def test_a_compiled_network_is_refused_in_one_line_where_compile_cannot_run(monkeypatch):
+    import pytest
+
+    from elfreg import compiling
+
+    monkeypatch.setattr(compiling, "compile_problem", lambda: "InvalidCxxCompiler: none here")
+    net = StudentNetwork(_student(), compile=True)
+    refusal = r"^--compile \(compile=True\) needs torch.compile.*none here"
+    with pytest.raises(compiling.CompileUnavailable, match=refusal):
+        net.calling_module()

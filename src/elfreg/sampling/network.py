@@ -119,7 +119,7 @@ class StudentNetwork:
         if not self.compile:
             return model
         if self._compiled is None or self._compiled[0] is not model:
-            require_compile("the sampler's compile")
+            require_compile("--compile (compile=True)")
             self._compiled = (model, torch.compile(model))
         return self._compiled[1]
 
