@@ -66,8 +66,8 @@ from elfreg.train.loop import train
 # paper's [0.5, 5]: with the auxiliary predictions at the row's w, learning the strongly
 # extrapolated targets of w up to 5 cost an earlier student 44 points on the valid split;
 # sampling at w = 1, 2 or 3 scores alike. The blocks are compiled (train.compile): a step takes
-# 0.88x the time after about 20 s of compiling, what keeps the demo within 15 minutes on a 2-core
-# AVX2 CPU; where torch.compile cannot run, the demo trains without it and says so
+# 0.86x the time after about 17 s of compiling (benchmarks/train_compile_ab.py, AVX2 kernels), about
+# a minute of the demo; where torch.compile cannot run, the demo trains without it and says so
 # (compile_where_possible).
 DEMO = {
     "text": {"encoder": "toy:encoder", "encoder_layer": 2, "teacher": "toy:teacher", "repa_layer": 1,

@@ -57,7 +57,7 @@ def parallelize(student: Student, cfg: Config) -> Student:
     Compiled blocks take every size as symbolic from the start (``dynamic=True``): the auxiliary
     passes run on a different number of rows each step, which torch's default meets with a first
     kernel for the first row count and a second compile for the others. On the demo's student
-    both ways ran as fast (0.88x an eager step, AVX2 kernels) and gave the same values; a
+    both ways ran as fast (0.86-0.88x an eager step, AVX2 kernels) and gave the same values; a
     compiled run resumed in a new process repeats the uninterrupted one (tested).
     """
     tc = cfg.train
