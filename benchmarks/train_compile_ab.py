@@ -1,9 +1,9 @@
 """Before/after of ``train.compile``, measured side by side: training steps of the toy demo's
 ELF-REG student with its blocks run eagerly and through ``torch.compile`` (what the demo trains
-with). Each case is its own run of the demo's config; they step in turns (which goes first
-alternates), on batches whose frozen features are cached beforehand, so only the student's step
-is timed. The warm-up rounds, untimed, include the compiling; their extra time over the median
-step is reported as the compile cost the demo pays once per process.
+with). Each case is its own run of the demo's config; they step in turns, on batches whose
+frozen features are cached beforehand, so only the student's step is timed. The warm-up rounds,
+untimed as steps, include the compiling; their extra time over the median step is reported as
+the compile cost the demo pays once per process.
 
 Compiled kernels round differently from eager ones, so the two runs' losses drift apart by float
 rounding from the first steps; the script reports the largest relative difference of the
@@ -19,7 +19,6 @@ The toy LMs come from the demo's cache (``$ELFREG_CACHE``), built there first wh
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -30,7 +29,7 @@ from elfreg.toy.demo import demo_config, variant_config
 from elfreg.train.build import start_run
 from elfreg.train.step import micro_batch, train_step
 
-from perf.common import before_after_rows, print_before_after, timed, write_report
+from perf.common import before_after_rows, interleaved, print_before_after, timed, write_report
 
 CASES = {"eager": False, "compiled blocks": True}
 
@@ -51,19 +50,22 @@ def main() -> int:
             for k in range(args.warmup + args.repeats):  # frozen features of every batch to come, untimed
                 micro_batch(run, k)
             runs[name] = run
-        times: dict[str, list[float]] = {name: [] for name in CASES}
         warm: dict[str, float] = dict.fromkeys(CASES, 0.0)
         losses: dict[str, list[float]] = {name: [] for name in CASES}
-        for step in range(args.warmup + args.repeats):
-            for name in list(CASES)[::1 if step % 2 else -1]:
+        for step in range(args.warmup):  # untimed as steps: the compiling happens here
+            for name in CASES:
                 result: list = []
-                seconds = timed(lambda n=name, s=step, r=result: r.append(train_step(runs[n], s)), torch.device("cpu"))
-                if step < args.warmup:
-                    warm[name] += seconds
-                    losses[name].append(result[0].losses["total"])
-                else:
-                    times[name].append(seconds)
-    seconds = {name: statistics.median(ts) for name, ts in times.items()}
+                warm[name] += timed(lambda n=name, s=step, r=result: r.append(train_step(runs[n], s)),
+                                    torch.device("cpu"))
+                losses[name].append(result[0].losses["total"])
+        steps = dict.fromkeys(CASES, args.warmup)
+
+        def next_step(name: str) -> None:
+            train_step(runs[name], steps[name])
+            steps[name] += 1
+
+        seconds = interleaved({name: lambda n=name: next_step(n) for name in CASES}, args.repeats,
+                              torch.device("cpu"), warmup=0)
     rows = before_after_rows(seconds, "eager")
     for row in rows:
         row["warmup_extra_seconds"] = warm[row["case"]] - args.warmup * seconds[row["case"]]

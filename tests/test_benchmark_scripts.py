@@ -100,7 +100,6 @@ def test_student_width_ab_times_each_width_against_the_first(tmp_path):
     assert rows[16]["speedup"] == rows[32]["seconds"] / rows[16]["seconds"]
 
 
-
 @pytest.mark.slow  # compiles the quick student's blocks: most of a minute on 2 shared cores
 def test_train_compile_ab_times_compiled_blocks_against_eager(tmp_path):
     out = tmp_path / "compile.json"
@@ -113,6 +112,7 @@ def test_train_compile_ab_times_compiled_blocks_against_eager(tmp_path):
     assert rows["compiled blocks"]["warmup_extra_seconds"] > 1.0
     first = [report["warmup_losses"][case][0] for case in ("eager", "compiled blocks")]
     assert first[0] == pytest.approx(first[1], rel=1e-3) and report["loss_relative_difference"] <= 1e-3
+
 
 def test_grid_stats_reproduce_the_papers_early_stop_time():
     text = _run("sampling_grid_stats.py", "--nfe", "64", "--seeds", "200")

@@ -58,7 +58,6 @@ def test_feature_cache_serves_the_features_make_batch_computes(tiny_cfg, monkeyp
         torch.testing.assert_close(getattr(second.teacher, name), getattr(fresh.teacher, name), rtol=1e-5, atol=1e-5)
 
 
-
 def test_feature_cache_tokenises_each_example_once_into_the_same_canvas(tiny_cfg, monkeypatch):
     import elfreg.train.batch as batch_module
 
@@ -73,6 +72,7 @@ def test_feature_cache_tokenises_each_example_once_into_the_same_canvas(tiny_cfg
         plain = build_canvas(frozen, EXAMPLES, rows, CPU)
         for name in ("tokens", "prompt_mask", "content_mask", "special_mask", "prompt_lens"):
             assert torch.equal(getattr(canvas, name), getattr(plain, name)), name
+
 
 def test_feature_cache_runs_the_frozen_forward_on_unseen_rows_only(tiny_cfg, monkeypatch):
     frozen = _frozen(tiny_cfg)
