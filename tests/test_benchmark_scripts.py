@@ -64,6 +64,19 @@ def test_muon_stack_ab_steps_both_copies_to_the_same_weights(tmp_path):
     assert report["shapes"] < report["matrices"]  # a transformer repeats its shapes: what stacking uses
 
 
+def test_muon_stack_ab_loads_the_optimiser_of_a_git_revision(tmp_path):
+    if subprocess.run(["git", "rev-parse", "HEAD"], cwd=BENCHMARKS.parent, capture_output=True).returncode:
+        pytest.skip("not a git checkout: there is no revision to load")
+    out = tmp_path / "muon.json"
+    _run("muon_stack_ab.py", "--width", "32", "--depth", "2", "--repeats", "2", "--before-revision", "HEAD",
+         "--out", str(out))
+    report = json.loads(out.read_text())
+    assert {r["case"] for r in report["rows"]} == {"this checkout", "at HEAD"}
+    # HEAD's optimiser takes every step this checkout's does (the same code, or a rewrite that
+    # had to keep the bits): the two copies end equal bit for bit
+    assert report["identical"] is True and report["max_abs_difference"] == 0.0
+
+
 def test_newton_schulz_ab_times_both_iterations_on_the_students_shapes(tmp_path):
     out = tmp_path / "ns.json"
     _run("newton_schulz_ab.py", "--width", "32", "--depth", "2", "--repeats", "2", "--out", str(out))

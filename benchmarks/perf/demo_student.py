@@ -18,14 +18,17 @@ from elfreg.toy.tokenizer import DEFAULT_VOCAB_SIZE
 from perf.common import before_after_rows, print_before_after, write_report
 
 
-def parse_flags(doc: str, repeats: int) -> argparse.Namespace:
+def parse_flags(doc: str, repeats: int, extra: list[tuple[str, dict]] = ()) -> argparse.Namespace:
     """The command line of a benchmark of the demo's student: ``--width``, ``--depth``,
-    ``--repeats`` (default ``repeats``) and ``--out`` (a JSON report), with ``doc`` as its help."""
+    ``--repeats`` (default ``repeats``), ``--out`` (a JSON report) and the script's own
+    ``extra`` flags (name, ``add_argument`` keywords), with ``doc`` as its help."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--width", type=int, help="student width (default: the demo's)")
     p.add_argument("--depth", type=int, help="student depth (default: the demo's)")
     p.add_argument("--repeats", type=int, default=repeats)
     p.add_argument("--out", type=Path, help="write the results as JSON here")
+    for name, options in extra:
+        p.add_argument(name, **options)
     return p.parse_args()
 
 

@@ -147,3 +147,41 @@ def test_stacked_steps_equal_steps_of_one_call_per_matrix(stack_bytes):
         opt_b.step()
     for p, q in zip(a, b, strict=True):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def _reference_step(params: list[torch.Tensor], state: dict, s: int, lr: float, decay: float) -> None:
+    """One ElfMuon step written a tensor at a time, each update's operations in the order the
+    optimiser's ``_foreach`` calls make them (the optimiser's own code before it took lists)."""
+    for p in params:
+        g = torch.zeros_like(p) if p.grad is None else p.grad
+        st = state.setdefault(id(p), {})
+        if p.dim() == 2:
+            m = st.setdefault("momentum", torch.zeros_like(p))
+            m.lerp_(g, 1 - 0.95)
+            u = 0.95 * m / (1 - 0.95 ** (s + 1)) + (1 - 0.95) * g / (1 - 0.95 ** s)
+            update = newton_schulz(u) * max(1.0, p.shape[0] / p.shape[1]) ** 0.5
+            p.mul_(1 - lr * decay)
+        else:
+            m = st.setdefault("exp_avg", torch.zeros_like(p))
+            v = st.setdefault("exp_avg_sq", torch.zeros_like(p))
+            m.lerp_(g, 1 - 0.9)
+            v.lerp_(g.square(), 1 - 0.999)
+            m_hat = 0.9 * m / (1 - 0.9 ** (s + 1)) + (1 - 0.9) * g / (1 - 0.9 ** s)
+            update = m_hat / ((v / (1 - 0.999 ** s)).sqrt() + 1e-8)
+        p.add_(update, alpha=-lr)
+
+
+def test_steps_over_tensor_lists_equal_steps_a_tensor_at_a_time_bit_for_bit():
+    torch.manual_seed(7)
+    shapes = ((6, 4), (4, 6), (4, 6), (5,), (3,), (6, 4))
+    a = [torch.nn.Parameter(torch.randn(shape)) for shape in shapes]
+    b = [p.detach().clone() for p in a]
+    opt, state = ElfMuon(a, lr=0.05, weight_decay=0.1, stack_bytes=0), {}
+    for s in range(1, 5):
+        for p, q in zip(a, b, strict=True):
+            # step 3: the vectors get no gradient (stepped as with a zero one)
+            p.grad = None if s == 3 and p.dim() == 1 else torch.randn(p.shape)
+            q.grad = None if p.grad is None else p.grad.clone()
+        opt.step()
+        _reference_step(b, state, s, lr=0.05, decay=0.1)
+        assert all(torch.equal(p.detach(), q) for p, q in zip(a, b, strict=True)), s
