@@ -1,6 +1,8 @@
 """``elfreg demo``: the whole method on toy arithmetic, on a CPU, with no download.
 
-1. build (or reuse) the toy tokenizer and the tiny frozen encoder/teacher LMs;
+1. take the toy tokenizer and the tiny frozen encoder/teacher LMs from the package
+   (:mod:`elfreg.toy.shipped`; built and cached here instead with ``ELFREG_TOY_LMS=build`` or for
+   other settings, such as the quick demo's);
 2. train an ELF-REG student (and with ``--compare`` the plain ELF baseline on the same budget)
    on the training split of the toy task;
 3. evaluate on held-out problems whose number combinations never occur in training, at every
@@ -47,6 +49,7 @@ from elfreg.toy.lm import greedy_accuracy
 from elfreg.toy.registry import as_example, toy_examples
 from elfreg.toy.report import format_table, write_outputs
 from elfreg.toy.seeds import format_spread, parse_seeds, run_seeds
+from elfreg.toy.shipped import provenance
 from elfreg.train.loop import train
 
 # The default recipe (docs/demo.md; docs/records/2026-12-05-toy-recipe-80-wide.md): an 80-wide,
@@ -264,10 +267,11 @@ def run_demo(cfg: Config, out_dir: str | Path, compare: bool = False, progress: 
 def _run_demo(cfg: Config, out_dir: Path, compare: bool, progress: bool) -> dict:
     t0 = time.perf_counter()
     problems = heldout_problems(cfg)
+    assets = Path(resolve_model_id(cfg.text.encoder)).parent
     report: dict = {"config": cfg.to_dict(), "compare": compare, "precision": precision_report(cfg),
-                    "toy_assets": str(Path(resolve_model_id(cfg.text.encoder)).parent),
+                    "toy_assets": str(assets), "toy_assets_shipped": provenance(assets),
                     "n_test_problems": len(problems), "baselines": baselines(cfg, problems), "models": {}}
-    report["asset_report"] = json.loads((Path(report["toy_assets"]) / "report.json").read_text())
+    report["asset_report"] = json.loads((assets / "report.json").read_text())
     for variant in ["elf-reg", "elf"] if compare else ["elf-reg"]:
         vcfg = variant_config(cfg, variant, out_dir, progress)
         curve = train_variant(vcfg, problems)
