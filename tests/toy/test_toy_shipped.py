@@ -94,3 +94,16 @@ def test_the_package_data_globs_carry_every_shipped_file():
     carried = {p for pattern in globs for p in package.glob(pattern) if p.is_file()}
     files = {p for p in shipped.SHIPPED_DIR.rglob("*") if p.is_file()}
     assert files and files <= carried
+
+
+def test_remaking_the_shipped_build_keeps_the_default_build_alone(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv(shipped.SHIP_ENV, raising=False)
+    built = toy_assets.build_toy_assets(tmp_path / "cache", **BUILD)
+    ship_dir = tmp_path / "shipped"
+    (ship_dir / "full-0000000000000000").mkdir(parents=True)  # a build of settings no longer the default
+    monkeypatch.setattr(shipped, "SHIPPED_DIR", ship_dir)
+    monkeypatch.setattr(toy_assets, "build_toy_assets", lambda **kwargs: built)  # what main builds
+    assert shipped.main(["--note", "remade"]) == 0
+    assert [p.name for p in ship_dir.iterdir()] == [built.root.name]
+    assert shipped.provenance(ship_dir / built.root.name)["note"] == "remade"
+    assert "removed the shipped build of other settings, full-0000000000000000" in capsys.readouterr().out

@@ -15,7 +15,7 @@ after checking every file against its SHA-256 (a changed file refuses in one lin
 build, a study's own LMs) are built and cached as before. A change to the default settings
 changes the hash, and the shipped build is then no longer used: a test fails until it is remade
 with ``python -m elfreg.toy.shipped`` (builds the default LMs under this process's kernels,
-reusing a matching build in the cache, and replaces the shipped folder).
+reusing a matching build in the cache, and makes it the one shipped build).
 """
 
 from __future__ import annotations
@@ -116,7 +116,8 @@ def ship(build_root: Path, shipped_dir: Path | None = None, note: str = "") -> P
 
 def main(argv: list[str] | None = None) -> int:
     """Build the default toy LMs here (or reuse the cache's build of the same settings) and ship
-    them, replacing any shipped build: ``python -m elfreg.toy.shipped [--note TEXT]``."""
+    them as the package's one shipped build, removing builds of other settings:
+    ``python -m elfreg.toy.shipped [--note TEXT]``."""
     import argparse
 
     from elfreg.toy.assets import build_toy_assets
@@ -126,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     assets = build_toy_assets(shipped=False, progress=sys.stderr.isatty())
     dest = ship(assets.root, note=args.note)
+    for old in SHIPPED_DIR.iterdir():  # the package ships the default build alone
+        if old.is_dir() and old != dest:
+            shutil.rmtree(old)
+            print(f"removed the shipped build of other settings, {old.name}")
     print(f"shipped {assets.root} ({'reused from the cache' if assets.reused else 'built now'}) as {dest}")
     return 0
 
