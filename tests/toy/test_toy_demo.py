@@ -136,8 +136,6 @@ def test_demo_quick_end_to_end(tmp_path, monkeypatch):
         assert sum(r["errors"].values()) == pytest.approx(1.0) if r["mean"] < 1 else r["errors"] == {}
     table = (out / "table.txt").read_text()
     assert f"seen combinations (training problems, early-stop 16 NFE, seed 0): {100 * seen['mean']:.1f}%" in table
-    # the quick demo's toy LMs are built here (only the default build ships with the package)
-    assert report["toy_assets_shipped"] is None and f"toy LMs: built here ({report['toy_assets']})" in table
     assert math.isfinite(report["baselines"]["teacher_greedy"]["pass@1"])
     assert report["precision"]["resolved"] == resolve_precision("cpu") and report["precision"]["device"] == "cpu"
     assert (out / "table.txt").read_text().startswith(f"precision: {report['precision']['resolved']} on cpu (")
@@ -195,12 +193,3 @@ def test_the_precision_line_names_the_students_device_and_precision(monkeypatch)
     assert "student blocks trained eager);" in first
     report["config"]["train"]["compile"] = True
     assert "student blocks trained compiled);" in format_table(report).splitlines()[0]
-
-
-def test_the_table_says_when_the_toy_lms_are_the_shipped_build():
-    from elfreg.toy.report import toy_lms_line
-
-    report = {"toy_assets": "/x/full-0123", "toy_assets_shipped": {"kernels": "AVX2", "torch": "2.13.0+cpu"}}
-    assert toy_lms_line(report) == ("toy LMs: shipped with elfreg (built under AVX2 kernels, torch 2.13.0+cpu; "
-                                    "ELFREG_TOY_LMS=build builds them here instead)")
-    assert toy_lms_line({**report, "toy_assets_shipped": None}) == "toy LMs: built here (/x/full-0123)"

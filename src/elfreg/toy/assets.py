@@ -12,8 +12,6 @@ Layout of one build, under ``<cache>/toy_assets/<quick|full>-<hash>/``::
 A build is made in a temporary sibling folder and renamed into place only when complete, so a
 killed build never leaves a folder that a later call would reuse; a later build of the same
 settings removes temporary folders left by dead processes. Nothing is written outside the cache.
-The default settings' build is shipped with the package (:mod:`elfreg.toy.shipped`) and used
-from there, read-only, in the same layout.
 """
 
 from __future__ import annotations
@@ -37,7 +35,6 @@ from elfreg.text.tokenizer import load_tokenizer
 from elfreg.toy.corpus import ToyTaskConfig, lm_text, train_examples
 from elfreg.toy.lm import ToyLMConfig, lm_loss, pretrain_lm
 from elfreg.toy.readout import digit_readout, readout_problems
-from elfreg.toy.shipped import find_shipped, shipped_wanted
 from elfreg.toy.tokenizer import DEFAULT_VOCAB_SIZE, save_tokenizer, train_tokenizer
 
 FORMAT_VERSION = 2
@@ -70,8 +67,6 @@ class ToyAssets:
     teacher_dir: Path
     reused: bool
     """True when the call found a finished build and did no work."""
-    shipped: bool = False
-    """True when the build is the one the package ships (:mod:`elfreg.toy.shipped`)."""
 
     @property
     def report(self) -> dict:
@@ -120,9 +115,9 @@ def _remove_stale_tmp(base: Path, digest: str) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _assets(root: Path, reused: bool, shipped: bool = False) -> ToyAssets:
+def _assets(root: Path, reused: bool) -> ToyAssets:
     return ToyAssets(root=root, tokenizer_dir=root / "tokenizer", encoder_dir=root / "encoder",
-                     teacher_dir=root / "teacher", reused=reused, shipped=shipped)
+                     teacher_dir=root / "teacher", reused=reused)
 
 
 def resolved_precision(cfg: ToyLMConfig) -> ToyLMConfig:
@@ -140,11 +135,8 @@ def build_toy_assets(cache_dir: str | os.PathLike | None = None, task_config: To
                      quick: bool = False, encoder: ToyLMConfig | None = None,
                      teacher: ToyLMConfig | None = None, vocab_size: int = DEFAULT_VOCAB_SIZE,
                      corpus_size: int | None = None, progress: bool = True,
-                     num_threads: int | None = None, side_by_side: bool | None = None,
-                     shipped: bool | None = None) -> ToyAssets:
-    """Build the toy tokenizer, encoder LM and teacher LM, or reuse an identical earlier build:
-    the package's own (:mod:`elfreg.toy.shipped`; ``shipped`` defaults to on unless
-    ``ELFREG_TOY_LMS=build``), else one in the cache.
+                     num_threads: int | None = None, side_by_side: bool | None = None) -> ToyAssets:
+    """Build the toy tokenizer, encoder LM and teacher LM, or reuse an identical earlier build.
 
     ``quick`` picks the CI-sized defaults (a few seconds per LM) for ``encoder`` / ``teacher`` /
     ``corpus_size`` left as ``None``. The LMs are pretrained on the train split only (both arith
@@ -165,12 +157,8 @@ def build_toy_assets(cache_dir: str | os.PathLike | None = None, task_config: To
     corpus_size = corpus_size or (QUICK_CORPUS_SIZE if quick else CORPUS_SIZE)
     settings = asset_settings(task_config, quick, encoder, teacher, vocab_size, corpus_size)
     digest = settings_hash(settings)
-    name = f"{'quick' if quick else 'full'}-{digest}"
-    if shipped if shipped is not None else shipped_wanted():
-        if (root := find_shipped(name)) is not None:
-            return _assets(root, reused=True, shipped=True)
     base = Path(default_cache_dir(cache_dir)) / "toy_assets"
-    final = base / name
+    final = base / f"{'quick' if quick else 'full'}-{digest}"
     if _is_complete(final):
         return _assets(final, reused=True)
     base.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,6 @@
 """``elfreg demo``: the whole method on toy arithmetic, on a CPU, with no download.
 
-1. take the toy tokenizer and the tiny frozen encoder/teacher LMs from the package
-   (:mod:`elfreg.toy.shipped`; built and cached here instead with ``ELFREG_TOY_LMS=build`` or for
-   other settings, such as the quick demo's);
+1. build (or reuse) the toy tokenizer and the tiny frozen encoder/teacher LMs;
 2. train an ELF-REG student (and with ``--compare`` the plain ELF baseline on the same budget)
    on the training split of the toy task;
 3. evaluate on held-out problems whose number combinations never occur in training, at every
@@ -49,30 +47,28 @@ from elfreg.toy.lm import greedy_accuracy
 from elfreg.toy.registry import as_example, toy_examples
 from elfreg.toy.report import format_table, write_outputs
 from elfreg.toy.seeds import format_spread, parse_seeds, run_seeds
-from elfreg.toy.shipped import provenance
 from elfreg.train.loop import train
 
 # The default recipe (docs/demo.md; docs/records/2026-12-06-toy-demo-shipped-lms.md): an 80-wide,
 # 4-block student, 5,200 steps of 32 with ELF's Muon at lr 1e-2 and weight decay 0.2, training
-# problems drawn evenly over the tens digit of their result, with the feature cache, reading the
-# toy LMs elfreg ships. This task is learnt in a late jump from reproducing the answers' form to
-# computing their numbers; a run's score was where it stood on that rise when the budget ran out
-# (a 128-wide student at 2,400 steps: five seeds 9.9 points apart, all still rising). A narrower
-# student takes more steps in the same time (80 wide: 0.83x a 96-wide step), and a higher
-# learning rate at the same lr x decay finishes the slow runs sooner (at lr 5e-3 an 80-wide seed
-# still climbed 84.8 -> 91.9 % over its last 800 steps, at 1e-2 it ended at 99.3 %). At 4,800
-# steps one run in five still stopped on the rise under AVX2 kernels (five seeds 8.7 points
-# apart, the low one missing small sums by one); the 400 steps more are paid for by the shipped
-# toy LMs, which the demo no longer builds (about 3 minutes), and brought that seed from 90.3 to
-# 97.1 %. 4,000 steps are too few (of two seeds one stopped at 85.0 %; with decay 0.4, 86.1 and
-# 90.4 %). Draws balanced over the tens digit remove the runs that stop short on results in the
-# 50s (4.7 % of uniform draws). Decay brings the jump forward (valid pass@1 at 1,500 steps, lr
-# 2e-3: 34 % without decay, 70 % at 1.0). The SC-CFG scale is drawn from [0.5, 2] in training,
-# not the paper's [0.5, 5]: with the auxiliary predictions at the row's w, learning the strongly
-# extrapolated targets of w up to 5 cost an earlier student 44 points on the valid split;
-# sampling at w = 1, 2 or 3 scores alike. The blocks are compiled (train.compile): a step takes
-# 0.86x the time after about 17 s of compiling (benchmarks/train_compile_ab.py, AVX2 kernels);
-# where torch.compile cannot run, the demo trains without it and says so (compile_where_possible).
+# problems drawn evenly over the tens digit of their result, with the feature cache. This task is
+# learnt in a late jump from reproducing the answers' form to computing their numbers; a run's
+# score was where it stood on that rise when the budget ran out (a 128-wide student at 2,400
+# steps: five seeds 9.9 points apart, all still rising). A narrower student takes more steps in
+# the same time (80 wide: 0.83x a 96-wide step), and a higher learning rate at the same lr x decay
+# finishes the slow runs sooner (at lr 5e-3 an 80-wide seed still climbed 84.8 -> 91.9 % over its
+# last 800 steps, at 1e-2 it ended at 99.3 %). At 4,800 steps one run in five still stopped on the
+# rise under AVX2 kernels (five seeds 8.7 points apart, the low one missing small sums by one);
+# 400 steps more (about 53 s) brought that seed to 97.1 %, with the demo over its 15 minutes
+# either way. 4,000 steps are too few (of two seeds one stopped at 85.0 %; with decay 0.4, 86.1
+# and 90.4 %). Draws balanced over the tens digit remove the runs that stop short on results in
+# the 50s (4.7 % of uniform draws). Decay brings the jump forward (valid pass@1 at 1,500 steps, lr
+# 2e-3: 34 % without decay, 70 % at 1.0). The SC-CFG scale is drawn from [0.5, 2] in training, not
+# the paper's [0.5, 5]: with the auxiliary predictions at the row's w, learning the strongly
+# extrapolated targets of w up to 5 cost an earlier student 44 points on the valid split; sampling
+# at w = 1, 2 or 3 scores alike. The blocks are compiled (train.compile): a step takes 0.86x the
+# time after about 17 s of compiling (benchmarks/train_compile_ab.py, AVX2 kernels); where
+# torch.compile cannot run, the demo trains without it and says so (compile_where_possible).
 DEMO = {
     "text": {"encoder": "toy:encoder", "encoder_layer": 2, "teacher": "toy:teacher", "repa_layer": 1,
              "reg_layer": 2, "canvas_len": 56, "prompt_cap": 32},
@@ -268,11 +264,10 @@ def run_demo(cfg: Config, out_dir: str | Path, compare: bool = False, progress: 
 def _run_demo(cfg: Config, out_dir: Path, compare: bool, progress: bool) -> dict:
     t0 = time.perf_counter()
     problems = heldout_problems(cfg)
-    assets = Path(resolve_model_id(cfg.text.encoder)).parent
     report: dict = {"config": cfg.to_dict(), "compare": compare, "precision": precision_report(cfg),
-                    "toy_assets": str(assets), "toy_assets_shipped": provenance(assets),
+                    "toy_assets": str(Path(resolve_model_id(cfg.text.encoder)).parent),
                     "n_test_problems": len(problems), "baselines": baselines(cfg, problems), "models": {}}
-    report["asset_report"] = json.loads((assets / "report.json").read_text())
+    report["asset_report"] = json.loads((Path(report["toy_assets"]) / "report.json").read_text())
     for variant in ["elf-reg", "elf"] if compare else ["elf-reg"]:
         vcfg = variant_config(cfg, variant, out_dir, progress)
         curve = train_variant(vcfg, problems)

@@ -28,8 +28,6 @@ def format_table(report: dict) -> str:
              f"teacher LM greedy: {100 * b['teacher_greedy']['pass@1']:.1f}%   "
              f"encoder LM greedy: {100 * b['encoder_lm_greedy']['pass@1']:.1f}%"]
     lines += readout_lines(report)
-    if "toy_assets" in report:
-        lines.append(toy_lms_line(report))
     lines.append("")
     for variant, m in report["models"].items():
         u = m["untrained"]
@@ -70,16 +68,6 @@ def readout_lines(report: dict) -> list[str]:
         lines.append(f"warning: under {100 * READOUT_FLOOR:.0f}%, this encoder build names digits too vaguely; "
                      "students trained on such builds have failed (docs/toy-tasks.md)")
     return lines
-
-
-def toy_lms_line(report: dict) -> str:
-    """Whether the frozen toy LMs are the package's shipped build (and under which kernels it
-    was made) or a build made here."""
-    shipped = report.get("toy_assets_shipped")
-    if shipped:
-        return (f"toy LMs: shipped with elfreg (built under {shipped['kernels']} kernels, torch {shipped['torch']}; "
-                "ELFREG_TOY_LMS=build builds them here instead)")
-    return f"toy LMs: built here ({report['toy_assets']})"
 
 
 def write_outputs(out_dir: Path, report: dict) -> list[Path]:
