@@ -75,7 +75,7 @@ def test_the_shipped_plans_load():
     level2 = load_plan(CONFIGS / "study-toy-level2.yaml")
     assert level2.base.data.toy_level == 2 and level2.base.train.steps == 6000
     assert len(level2.train_cells()) == 2 and len(level2.eval_cells()) == 2 * 2 * 3 * 2
-    assert study.base.train.steps == 5200 and study.base.model.width == 80
+    assert study.base.train.steps == 5800 and study.base.model.width == 64
     earlier = load_plan(CONFIGS / "study-toy-level1-2400.yaml")  # the grid of the records' runs
     assert earlier.base.train.steps == 2400 and earlier.base.model.width == 128
     assert earlier.plan.samplers == study.plan.samplers and len(earlier.eval_cells()) == len(study.eval_cells())

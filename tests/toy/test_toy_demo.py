@@ -40,7 +40,7 @@ def test_demo_variants_differ_only_in_the_training_signals(tmp_path):
 
 def test_the_default_demo_is_the_documented_budget():
     cfg = demo_config()
-    assert (cfg.model.width, cfg.model.depth, cfg.train.steps, cfg.train.batch_size) == (80, 4, 5200, 32)
+    assert (cfg.model.width, cfg.model.depth, cfg.train.steps, cfg.train.batch_size) == (64, 4, 5800, 32)
     assert cfg.model.projector_hidden == 2 * cfg.model.width  # the REPA projector scales with the student
     assert (cfg.train.optimizer, cfg.train.lr, cfg.train.weight_decay) == ("muon", 1e-2, 0.2)
     assert (cfg.data.toy_level, cfg.data.toy_balance) == (1, "tens")

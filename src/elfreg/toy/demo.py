@@ -49,22 +49,22 @@ from elfreg.toy.report import format_table, write_outputs
 from elfreg.toy.seeds import format_spread, parse_seeds, run_seeds
 from elfreg.train.loop import train
 
-# The default recipe (docs/demo.md; docs/records/2026-12-06-toy-demo-shipped-lms.md): an 80-wide,
-# 4-block student, 5,200 steps of 32 with ELF's Muon at lr 1e-2 and weight decay 0.2, training
+# The default recipe (docs/demo.md; docs/records/2026-12-06-toy-recipe-64-wide.md): a 64-wide,
+# 4-block student, 5,800 steps of 32 with ELF's Muon at lr 1e-2 and weight decay 0.2, training
 # problems drawn evenly over the tens digit of their result, with the feature cache. This task is
 # learnt in a late jump from reproducing the answers' form to computing their numbers; a run's
 # score was where it stood on that rise when the budget ran out (a 128-wide student at 2,400
-# steps: five seeds 9.9 points apart, all still rising). A narrower student takes more steps in
-# the same time (80 wide: 0.83x a 96-wide step), and a higher learning rate at the same lr x decay
-# finishes the slow runs sooner (at lr 5e-3 an 80-wide seed still climbed 84.8 -> 91.9 % over its
-# last 800 steps, at 1e-2 it ended at 99.3 %). At 4,800 steps one run in five still stopped on the
-# rise under AVX2 kernels (five seeds 8.7 points apart, the low one missing small sums by one);
-# 400 steps more (about 53 s) brought that seed to 97.1 %, with the demo over its 15 minutes
-# either way. 4,000 steps are too few (of two seeds one stopped at 85.0 %; with decay 0.4, 86.1
-# and 90.4 %). Draws balanced over the tens digit remove the runs that stop short on results in
-# the 50s (4.7 % of uniform draws). Decay brings the jump forward (valid pass@1 at 1,500 steps, lr
-# 2e-3: 34 % without decay, 70 % at 1.0). The SC-CFG scale is drawn from [0.5, 2] in training, not
-# the paper's [0.5, 5]: with the auxiliary predictions at the row's w, learning the strongly
+# steps: five seeds 9.9 points apart, all still rising). The examples a run sees, more than its
+# steps, carry that learning (batches of 16 or 24 brought the spread back), and a narrower student
+# sees them for less arithmetic: an 80-wide student at 5,200 steps put five seeds within 2.3
+# points, but the demo took about 16 minutes; a 64-wide step takes 0.76x the time (the demo 12 min
+# 55 s at 5,200 steps), and at 5,200 steps one seed in four was still rising (86.6 / 89.7 / 92.1 %
+# at steps 4,400 / 4,800 / 5,200), so it trains 600 steps more. A higher learning rate at the
+# same lr x decay finishes slow runs sooner (an 80-wide seed: 91.9 % at 5e-3, 99.3 % at 1e-2).
+# Draws balanced over the tens digit remove the runs that stop short on results in the 50s (4.7 %
+# of uniform draws). Decay brings the jump forward (valid pass@1 at 1,500 steps, lr 2e-3: 34 %
+# without decay, 70 % at 1.0). The SC-CFG scale is drawn from [0.5, 2] in training, not the
+# paper's [0.5, 5]: with the auxiliary predictions at the row's w, learning the strongly
 # extrapolated targets of w up to 5 cost an earlier student 44 points on the valid split; sampling
 # at w = 1, 2 or 3 scores alike. The blocks are compiled (train.compile): a step takes 0.86x the
 # time after about 17 s of compiling (benchmarks/train_compile_ab.py, AVX2 kernels); where
@@ -72,10 +72,10 @@ from elfreg.train.loop import train
 DEMO = {
     "text": {"encoder": "toy:encoder", "encoder_layer": 2, "teacher": "toy:teacher", "repa_layer": 1,
              "reg_layer": 2, "canvas_len": 56, "prompt_cap": 32},
-    "model": {"width": 80, "depth": 4, "heads": 2, "repa_block": 2, "projector_hidden": 160, "time_freq_dim": 64},
+    "model": {"width": 64, "depth": 4, "heads": 2, "repa_block": 2, "projector_hidden": 128, "time_freq_dim": 64},
     "flow": {"w_max": 2.0},
     "data": {"source": "toy-arith", "toy_level": 1, "toy_count": 20000, "toy_balance": "tens"},
-    "train": {"steps": 5200, "batch_size": 32, "optimizer": "muon", "lr": 1e-2, "weight_decay": 0.2,
+    "train": {"steps": 5800, "batch_size": 32, "optimizer": "muon", "lr": 1e-2, "weight_decay": 0.2,
               "warmup_steps": 100, "ckpt_every": 400, "log_every": 10, "ema_decay": 0.99, "feature_cache": True,
               "compile": True},
     "sample": {"sc_cfg": 1.0},
@@ -83,7 +83,7 @@ DEMO = {
 }
 # CI size: the quick toy LMs, a 96-wide 2-block student, 150 steps, 48 problems. AdamW without
 # decay: in 150 steps the default's Muon does not yet move the token match off zero. 96 wide, not
-# the default's 80: in 150 steps the narrower student's token match rose 3 points over the
+# the default's width: in 150 steps an 80-wide student's token match rose 3 points over the
 # untrained one's, too close to the quick test's floor; the 96-wide one's rose 6. Not compiled:
 # compiling takes longer than 150 steps of this student.
 QUICK = {
