@@ -76,9 +76,9 @@ THREE_SEEDS = re.compile(r"^\d+\.\d \(\d+\.\d, \d+\.\d\)$")
 
 
 def test_the_manual_quotes_the_latest_three_seed_table(capsys):
-    """docs/toy-study.md's by-NFE table is the report of docs/toy-study/level1, the 96-wide recipe's
+    """docs/toy-study.md's by-NFE table is the report of docs/toy-study/level1-96-wide, the 96-wide recipe's
     study (all 972 cells: complete rows, no cell marked missing), digit for digit."""
-    out = report("level1", "configs/study-toy-level1-96-wide.yaml", [], capsys)
+    out = report("level1-96-wide", "configs/study-toy-level1-96-wide.yaml", [], capsys)
     assert "972 of 972 evaluation cells finished" in out
     reported = by_nfe_rows(out.split("pass@1 (%) by NFE", 1)[1])
     quoted = by_nfe_rows(LATEST.read_text(encoding="utf-8").split("## The latest table", 1)[1])
