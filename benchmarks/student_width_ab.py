@@ -5,9 +5,15 @@ Each width is its own run of the demo's config (``model.width`` and ``model.proj
 2 × width changed, everything else as the demo trains it); the frozen features of every batch to
 come are computed beforehand, so only the student's step (forward, backward, ELF's Muon, EMA) is
 timed. The runs step in turns (which goes first alternates) and each reports the median of its
-steps and its speed-up over the first width given (below 1: slower).
+steps and its speed-up over the first width given (below 1: slower). With ``--phase-steps N``
+each width then takes N more steps under the profiler, and reports the mean time of
+each labelled part of a step (``elfreg.train.step.PHASES``: forward, backward, optimiser, EMA;
+``other`` is the rest of the profiled step: the batch, the random draws, the logged values). The
+profiler adds its own overhead to every operator, so the parts are shares of a profiled step:
+compare them across widths, not with the unprofiled seconds.
 
     python benchmarks/student_width_ab.py --widths 96 80 64 --repeats 40
+    python benchmarks/student_width_ab.py --widths 80 72 64 --repeats 40 --phase-steps 20
     python benchmarks/student_width_ab.py --quick --widths 32 24 --repeats 2 --out width.json
 
 The toy LMs come from the demo's cache (``$ELFREG_CACHE``), built there first when missing. The
@@ -26,8 +32,8 @@ from pathlib import Path
 import torch
 
 from elfreg.toy.demo import demo_config, variant_config
-from elfreg.train.build import start_run
-from elfreg.train.step import micro_batch, train_step
+from elfreg.train.build import Run, start_run
+from elfreg.train.step import PHASES, micro_batch, train_step
 
 from perf.common import before_after_rows, print_before_after, timed, write_report
 
@@ -36,11 +42,16 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--widths", type=int, nargs="+", default=[96, 80, 64], help="student widths; the first is the base")
     p.add_argument("--repeats", type=int, default=40, help="timed steps of each width")
+    p.add_argument("--phase-steps", type=int, default=0,
+                   help="then profile this many more steps of each width and time a step's parts")
     p.add_argument("--quick", action="store_true", help="the quick demo's run (its toy LMs build in a minute)")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     args = p.parse_args()
     if len(set(args.widths)) != len(args.widths):
         p.error("--widths must differ")
+    if args.repeats < 1 or args.phase_steps < 0:
+        p.error("--repeats must be at least 1 and --phase-steps at least 0")
+    steps = args.repeats + 1 + args.phase_steps
     runs, params = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for width in args.widths:
@@ -48,7 +59,7 @@ def main() -> int:
             base = demo_config(quick=args.quick, overrides=sizes)
             run, _ = start_run(variant_config(base, "elf-reg", Path(tmp) / str(width), progress=False), None,
                                resume_existing=False)
-            for k in range(args.repeats + 1):  # frozen features of every batch to come, untimed
+            for k in range(steps):  # frozen features of every batch to come, untimed
                 micro_batch(run, k)
             runs[width], params[width] = run, sum(q.numel() for q in run.student.parameters())
         times: dict[int, list[float]] = {w: [] for w in args.widths}
@@ -57,16 +68,41 @@ def main() -> int:
                 seconds = timed(lambda w=width, s=step: train_step(runs[w], s), torch.device("cpu"))
                 if step:
                     times[width].append(seconds)
+        phases = {w: profiled_phases(runs[w], range(args.repeats + 1, steps)) for w in args.widths} \
+            if args.phase_steps else {}
     base = f"width {args.widths[0]}"
     rows = before_after_rows({f"width {w}": statistics.median(times[w]) for w in args.widths}, base)
     for row, width in zip(rows, args.widths, strict=True):
         row.update(width=width, params=params[width])
+        if phases:
+            row["phases_ms"] = phases[width]
     print(f"demo student x {runs[args.widths[0]].cfg.model.depth} blocks, threads: {torch.get_num_threads()}, "
           f"median of {args.repeats} steps each (frozen features cached); speed-up over {base}")
     print_before_after(rows)
+    if phases:
+        names = list(next(iter(phases.values())))
+        print(f"\nms per profiled step ({args.phase_steps} steps each): " + ", ".join(names))
+        for width, part in phases.items():
+            print(f"  width {width}: " + " / ".join(f"{part[n]:.1f}" for n in names))
     if args.out:
-        write_report(args.out, {"widths": args.widths, "repeats": args.repeats, "quick": args.quick}, rows)
+        write_report(args.out, {"widths": args.widths, "repeats": args.repeats, "phase_steps": args.phase_steps,
+                                "quick": args.quick}, rows)
     return 0
+
+
+def profiled_phases(run: Run, steps: range) -> dict[str, float]:
+    """Mean milliseconds per step of each part of :data:`PHASES` over ``steps`` taken under the
+    profiler, the whole profiled step (``step``) and the rest of it (``other``)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with torch.profiler.record_function("train_step"):
+            for step in steps:
+                train_step(run, step)
+    totals = {e.key: e.cpu_time_total / 1e3 / len(steps) for e in prof.key_averages() if e.key.startswith("train_step")}
+    missing = [name for name in PHASES if name not in totals]
+    if missing:
+        raise RuntimeError(f"the profiler saw no {', '.join(missing)}: train_step lost its labels")
+    parts = {name.removeprefix("train_step."): totals[name] for name in PHASES}
+    return {**parts, "other": totals["train_step"] - sum(parts.values()), "step": totals["train_step"]}
 
 
 if __name__ == "__main__":

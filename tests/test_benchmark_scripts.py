@@ -104,13 +104,18 @@ def test_repa_positions_ab_trains_both_ways_to_the_same_loss(tmp_path):
 @pytest.mark.slow
 def test_student_width_ab_times_each_width_against_the_first(tmp_path):
     out = tmp_path / "width.json"
-    _run("student_width_ab.py", "--quick", "--widths", "32", "16", "--repeats", "2", "--out", str(out),
-         env={"ELFREG_CACHE": str(tmp_path / "cache")})
+    _run("student_width_ab.py", "--quick", "--widths", "32", "16", "--repeats", "2", "--phase-steps", "2",
+         "--out", str(out), env={"ELFREG_CACHE": str(tmp_path / "cache")})
     rows = {r["width"]: r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == {32, 16} and rows[32]["speedup"] == 1.0
     # each width is its own student: half the width, fewer parameters (not a relabelled copy)
     assert rows[16]["params"] < rows[32]["params"] and all(r["seconds"] > 0 for r in rows.values())
     assert rows[16]["speedup"] == rows[32]["seconds"] / rows[16]["seconds"]
+    for row in rows.values():  # every labelled part of a step was seen, each inside the profiled step
+        phases = row["phases_ms"]
+        assert set(phases) == {"forward", "backward", "optimizer", "ema", "other", "step"}
+        assert all(phases[k] > 0 for k in ("forward", "backward", "optimizer", "ema"))
+        assert phases["other"] >= 0 and phases["forward"] + phases["backward"] < phases["step"]
 
 
 @pytest.mark.slow  # compiles the quick student's blocks: most of a minute on 2 shared cores

@@ -9,7 +9,7 @@ from elfreg.train import step as step_module
 from elfreg.train.build import build_run, calibrate_reg
 from elfreg.train.loop import train
 from elfreg.train.optim import lr_at
-from elfreg.train.step import TrainingDiverged, train_step
+from elfreg.train.step import PHASES, TrainingDiverged, train_step
 
 
 def _fresh_run(cfg):
@@ -55,6 +55,17 @@ def test_a_step_averages_its_micro_batches_in_order(tiny_cfg, monkeypatch):
         for key, value in result.losses.items():
             assert value == pytest.approx(sum(m[key] for m in micros) / 3, rel=1e-12)
     assert [g["lr"] for g in run.optimizer.param_groups] == [lr_at(1, run.cfg.train)] * 2
+
+
+def test_a_profiled_step_labels_each_part_once_per_micro_batch_or_step(tiny_cfg):
+    """benchmarks/student_width_ab.py --phase-steps times a step by these labels."""
+    run = _fresh_run(tiny_cfg(train={"batch_size": 2, "grad_accum": 3, "steps": 10}))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        train_step(run, 0)
+        train_step(run, 1)
+    counts = {e.key: e.count for e in prof.key_averages() if e.key in PHASES}
+    forward, backward, optimizer, ema = PHASES
+    assert counts == {forward: 6, backward: 6, optimizer: 2, ema: 2}
 
 
 def test_non_finite_loss_raises_and_leaves_the_weights_alone(tiny_cfg, monkeypatch):

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+from torch.profiler import record_function
 
 from ..device import autocast
 from ..flow.objective import TrainBatch, elf_reg_loss
@@ -14,6 +15,11 @@ from .batch import example_indices, make_batch, prompt_drops, rank_share, row_dr
 from .build import Run
 from .optim import lr_at
 from .parallel import backward_scale, no_gradient_sync
+
+PHASES = ("train_step.forward", "train_step.backward", "train_step.optimizer", "train_step.ema")
+"""The profiler labels of a step's parts (the losses' forward pass, their backward pass, clipping
+and the optimiser, the EMA update): ``benchmarks/student_width_ab.py --phase-steps`` times each.
+Outside a profiler a label costs microseconds."""
 
 
 class TrainingDiverged(RuntimeError):
@@ -83,7 +89,7 @@ def train_step(run: Run, step: int) -> StepResult:
         batch = micro_batch(run, k)
         draws = row_draws(tc.seed, k, micro_rows(run, k), run.device)
         with no_gradient_sync(run.model, run.cfg, micro == tc.grad_accum - 1):
-            with autocast(run.device, run.bf16):
+            with autocast(run.device, run.bf16), record_function(PHASES[0]):
                 out = run.model(elf_reg_loss, batch, run.cfg.flow, run.cfg.loss, draws, reduce_counts)
             terms = {k: v.detach().float() for k, v in out.__dict__.items()}
             values = dict(zip(terms, run.dist.sum(torch.stack(list(terms.values()))).tolist(), strict=True))
@@ -91,16 +97,19 @@ def train_step(run: Run, step: int) -> StepResult:
                 raise TrainingDiverged(
                     f"non-finite loss at step {step + 1}: {values}; the run stopped, last good "
                     f"checkpoint: {run.last_checkpoint or 'none yet'}")
-            (out.total * scale).backward()
+            with record_function(PHASES[1]):
+                (out.total * scale).backward()
         for key, v in values.items():
             sums[key] = sums.get(key, 0.0) + v / tc.grad_accum
         canvas = batch.canvas
         tokens[:2] += torch.tensor([canvas.tokens.numel(), real_tokens(canvas)], dtype=torch.float64)
-    grad_norm = torch.nn.utils.clip_grad_norm_(run.student.parameters(), tc.grad_clip)
-    if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
-        grad_norm = grad_norm.full_tensor()
-    run.optimizer.step()
-    run.ema.update(run.student)
+    with record_function(PHASES[2]):
+        grad_norm = torch.nn.utils.clip_grad_norm_(run.student.parameters(), tc.grad_clip)
+        if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
+            grad_norm = grad_norm.full_tensor()
+        run.optimizer.step()
+    with record_function(PHASES[3]):
+        run.ema.update(run.student)
     tokens[2:] = torch.tensor(frozen_reads(run), dtype=torch.float64) - torch.tensor(reads_before, dtype=torch.float64)
     total, real, *reads = run.dist.sum(tokens).tolist()
     return StepResult(losses=sums, lr=lr, grad_norm=float(grad_norm), tokens=int(total), real_tokens=int(real),
