@@ -71,17 +71,24 @@ def test_the_page_quotes_what_the_kept_rows_report(folder, plan, overrides, sect
         assert quoted[key] == cells, key
 
 
-LATEST = ROOT / "docs" / "toy-study.md"  # the manual quotes the latest three-seed table
+# (kept folder, plan, the page that quotes its by-NFE table, the section it is in)
+THREE_SEED_GRIDS = [
+    ("level1", "configs/study-toy-level1.yaml", "docs/toy-study.md", "## The latest table"),
+    ("level1-96-wide", "configs/study-toy-level1-96-wide.yaml", "docs/records/2026-12-05-toy-study-demo-recipe.md",
+     "## pass@1 (%) by NFE over the three runs"),
+]
 THREE_SEEDS = re.compile(r"^\d+\.\d \(\d+\.\d, \d+\.\d\)$")
 
 
-def test_the_manual_quotes_the_latest_three_seed_table(capsys):
-    """docs/toy-study.md's by-NFE table is the report of docs/toy-study/level1-96-wide, the 96-wide recipe's
-    study (all 972 cells: complete rows, no cell marked missing), digit for digit."""
-    out = report("level1-96-wide", "configs/study-toy-level1-96-wide.yaml", [], capsys)
+@pytest.mark.parametrize(("folder", "plan", "page", "section"), THREE_SEED_GRIDS, ids=[g[0] for g in THREE_SEED_GRIDS])
+def test_the_pages_quote_the_three_seed_tables(folder, plan, page, section, capsys):
+    """docs/toy-study.md's by-NFE table is the report of docs/toy-study/level1 (today's recipe), and
+    the 96-wide record's that of docs/toy-study/level1-96-wide: each study complete (all 972 cells,
+    no cell marked missing), digit for digit."""
+    out = report(folder, plan, [], capsys)
     assert "972 of 972 evaluation cells finished" in out
     reported = by_nfe_rows(out.split("pass@1 (%) by NFE", 1)[1])
-    quoted = by_nfe_rows(LATEST.read_text(encoding="utf-8").split("## The latest table", 1)[1])
+    quoted = by_nfe_rows((ROOT / page).read_text(encoding="utf-8").split(section, 1)[1])
     assert len(reported) == 27 and set(quoted) == set(reported)
     for key, cells in reported.items():
         assert all(THREE_SEEDS.match(c) for c in cells), (key, cells)
