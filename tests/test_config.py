@@ -102,3 +102,13 @@ def test_toy_balance_only_for_one_step_arith(tmp_path):
             Config.load(_write(tmp_path, {}), ["data.toy_balance=tens", *other])
         assert str(err.value).startswith("config error: data.toy_balance:")
         assert str(err.value).endswith("elsewhere set it to combination")  # the message names the fix
+
+
+def test_toy_level1_share_only_mixes_into_arith_chains(tmp_path):
+    cfg = Config.load(_write(tmp_path, {}), ["data.toy_level=2", "data.toy_level1_share=0.25", "data.toy_balance=tens"])
+    assert (cfg.data.toy_level1_share, cfg.data.toy_balance) == (0.25, "tens")
+    for bad in (["data.toy_level1_share=0.25"], ["data.toy_level=2", "data.toy_level1_share=1.0"],
+                ["data.toy_level=2", "data.toy_level1_share=-0.1"]):
+        with pytest.raises(ConfigError) as err:
+            Config.load(_write(tmp_path, {}), bad)
+        assert str(err.value).startswith("config error: data.toy_level1_share:")

@@ -211,3 +211,23 @@ def test_toy_examples_draw_as_the_config_says() -> None:
         return sum(A.tens_group(int(A.final_answer(e.answer)), CFG) == 5 for e in exs) / len(exs)
 
     assert fifties("combination") < 0.07 and abs(fifties("tens") - 1 / 6) < 0.03
+
+
+def test_mixed_draws_hold_the_share_of_one_step_problems_throughout() -> None:
+    from elfreg.config import DataConfig
+    from elfreg.toy.registry import toy_examples
+
+    mixed = A.sample_mixed("train", 2000, 0.25, seed=3, cfg=CFG, balance="tens")
+    levels = [p["level"] for p in mixed]
+    assert levels.count(1) == 500 and levels.count(2) == 1500
+    # shuffled: the first and the last quarter each hold about a quarter of one-step problems
+    assert all(abs(levels[i:i + 500].count(1) / 500 - 0.25) < 0.07 for i in (0, 1500))
+    assert all(A.in_split(p["key"], "train", CFG) for p in mixed)
+    # each kind is what sample() draws for its level and seed; the same seed gives the same list
+    chains = A.sample("train", 2, 1500, seed=3, cfg=CFG)
+    assert sorted(p["prompt"] for p in mixed if p["level"] == 2) == sorted(p["prompt"] for p in chains)
+    assert A.sample_mixed("train", 2000, 0.25, seed=3, cfg=CFG, balance="tens") == mixed
+    with pytest.raises(ValueError, match="level1_share"):
+        A.sample_mixed("train", 10, 1.0)
+    exs = toy_examples(DataConfig(toy_level=2, toy_count=400, toy_level1_share=0.5, toy_balance="tens"))
+    assert sum(e.answer.count("\n") == 1 for e in exs) == 200  # one equation line and "#### N": one step

@@ -74,7 +74,8 @@ class DataConfig:
     toy_max_number: int = 30  # toy-arith operands in 1..toy_max_number
     toy_count: int = 20000  # toy examples drawn (combinations repeat with varied wordings)
     toy_seed: int = 0
-    toy_balance: Literal["combination", "tens"] = "combination"  # toy-arith level 1: arith.BALANCES
+    toy_balance: Literal["combination", "tens"] = "combination"  # toy-arith one-step draws: arith.BALANCES
+    toy_level1_share: float = 0.0  # toy-arith level 2: share of toy_count that are one-step problems
     limit: int = 0  # 0: all examples
 
     def resolved_sources(self) -> list[SourceConfig]:
@@ -94,9 +95,14 @@ class DataConfig:
         out = [("data.limit", self.limit >= 0, "must be >= 0 (0: all examples)"),
                ("data.toy_count", self.toy_count >= 1, "must be >= 1"),
                ("data.toy_max_number", self.toy_max_number >= 2, "must be >= 2"),
-               ("data.toy_balance", self.toy_balance == "combination" or (self.source == "toy-arith"
-                                                                       and self.toy_level == 1),
-                "applies to toy-arith one-step problems (data.toy_level: 1) only; elsewhere set it to combination"),
+               ("data.toy_balance", self.toy_balance == "combination" or (
+                   self.source == "toy-arith" and (self.toy_level == 1 or self.toy_level1_share > 0)),
+                "applies to toy-arith one-step problems (data.toy_level: 1, or a data.toy_level1_share) only; "
+                "elsewhere set it to combination"),
+               ("data.toy_level1_share", 0 <= self.toy_level1_share < 1, "must be in [0, 1)"),
+               ("data.toy_level1_share", self.toy_level1_share == 0 or (self.source == "toy-arith"
+                                                                         and self.toy_level == 2),
+                "mixes one-step problems into toy-arith chains (data.toy_level: 2) only; elsewhere set it to 0"),
                ("data.source", self.source in kinds | {"mixture"}, f"must be one of {sorted(kinds | {'mixture'})}"),
                ("data.path", self.source not in ("jsonl", "hf") or bool(self.path),
                 f"is required for data.source {self.source!r}"),

@@ -283,6 +283,20 @@ def heldout(split: str, level: int, cfg: ArithConfig | None = None, seed: int = 
     raise ValueError(f"level must be 1 or 2, got {level}")
 
 
+def sample_mixed(split: str, n: int, level1_share: float, seed: int = 0, cfg: ArithConfig | None = None,
+                 balance: str = "combination") -> list[dict]:
+    """``n`` problems of ``split``: ``round(n * level1_share)`` one-step problems (drawn as
+    ``balance`` says) and chains for the rest, in a seeded random order, so any prefix of the
+    list holds both kinds in about that share. Each kind is what :func:`sample` draws for its
+    level and the same seed."""
+    if not 0 <= level1_share < 1:
+        raise ValueError(f"level1_share must be in [0, 1), got {level1_share}")
+    ones = round(n * level1_share)
+    out = sample(split, 1, ones, seed, cfg, balance) + sample(split, 2, n - ones, seed, cfg)
+    _seeded("arith-mix", seed, split).shuffle(out)
+    return out
+
+
 BALANCES = ("combination", "tens")
 """How :func:`sample` draws one-step combinations: each equally often (``combination``), or each
 tens digit of the result equally often, every combination equally often within its digit

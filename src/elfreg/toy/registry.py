@@ -35,17 +35,24 @@ def as_example(record: dict) -> Example:
     return Example(prompt=lm_prompt(record), answer=record["answer"])
 
 
-def toy_examples(cfg: DataConfig) -> list[Example]:
-    """``cfg.toy_count`` training-split examples of the toy task ``cfg.source`` names."""
+def toy_records(cfg: DataConfig) -> list[dict]:
+    """``cfg.toy_count`` training-split records of the toy task ``cfg.source`` names (chains with
+    a share of one-step problems mixed in where ``cfg.toy_level1_share`` says)."""
     from elfreg.toy import arith as toy_arith
     from elfreg.toy import code as toy_code
 
     if cfg.source == "toy-arith":
         arith = toy_arith.ArithConfig(max_number=cfg.toy_max_number)
-        records = toy_arith.sample(cfg.split, cfg.toy_level, cfg.toy_count, seed=cfg.toy_seed, cfg=arith,
-                                   balance=cfg.toy_balance)
-    elif cfg.source == "toy-code":
-        records = toy_code.sample(cfg.split, cfg.toy_count, seed=cfg.toy_seed)
-    else:
-        raise ValueError(f"not a toy data source: {cfg.source!r}")
-    return [as_example(r) for r in records]
+        if cfg.toy_level1_share:
+            return toy_arith.sample_mixed(cfg.split, cfg.toy_count, cfg.toy_level1_share, seed=cfg.toy_seed,
+                                          cfg=arith, balance=cfg.toy_balance)
+        return toy_arith.sample(cfg.split, cfg.toy_level, cfg.toy_count, seed=cfg.toy_seed, cfg=arith,
+                                balance=cfg.toy_balance)
+    if cfg.source == "toy-code":
+        return toy_code.sample(cfg.split, cfg.toy_count, seed=cfg.toy_seed)
+    raise ValueError(f"not a toy data source: {cfg.source!r}")
+
+
+def toy_examples(cfg: DataConfig) -> list[Example]:
+    """:func:`toy_records` as (prompt, answer) examples."""
+    return [as_example(r) for r in toy_records(cfg)]
