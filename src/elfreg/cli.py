@@ -28,6 +28,7 @@ _COMMAND_MODULES = [
     "elfreg.data.cli",
     "elfreg.analysis.cli",
     "elfreg.toy.demo",
+    "elfreg.toy.ar_baseline",
     "elfreg.toy.study.cli",
     "elfreg.interop.cli",
     "elfreg.serve.cli",
