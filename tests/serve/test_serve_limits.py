@@ -28,6 +28,14 @@ def test_settings_that_could_never_admit_a_request_within_the_limits_are_refused
     assert recorded_steps(8, 2) == 4 and recorded_steps(8, 3) == 3 and recorded_steps(8, 100) == 2
 
 
+def test_elfreg_serve_refuses_its_settings_before_it_loads_anything(tmp_path, capsys):
+    from elfreg.cli import main
+
+    assert main(["serve", "--checkpoint", str(tmp_path / "not-yet"), "--max-load", "10"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--max-load (10) must be at least --max-rows × --max-nfe" in err and len(err.splitlines()) == 1
+
+
 def test_a_request_over_a_limit_is_refused_at_once_naming_the_limit(served_checkpoint):
     r = Running(served_checkpoint, max_batch=8, max_nfe=16, max_grid_points=64, max_rows=4, max_readout_steps=6)
     entered, release = held(r)

@@ -50,7 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free port, printed)")
     for name, (kind, text) in LIMITS.items():
         default = getattr(DEFAULTS, name)
-        p.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default, help=f"{text} (default {default:g})")
+        shown = f"{default:g}" if kind is float else default
+        p.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default, help=f"{text} (default {shown})")
     p.add_argument("--model-name", help="the model id clients name (default: the checkpoint folder's name)")
     p.add_argument("--graceful-timeout", type=float, default=60.0,
                    help="seconds the requests in flight get to finish after SIGTERM (default 60)")
