@@ -14,7 +14,7 @@ from serve_prompts import PROMPTS
 pytest.importorskip("uvicorn", reason="elfreg serve needs the serve extra")
 pytest.importorskip("openai", reason="the serving tests speak through the openai client (dev extra)")
 
-from serve_http import Running, call  # noqa: E402
+from serve_http import Running, call, gauge  # noqa: E402
 
 
 def _json(payload: object) -> bytes:
@@ -124,7 +124,7 @@ def test_no_hostile_body_makes_a_5xx_every_error_is_openais_and_the_server_lives
                       if line.startswith("elfreg_requests_total{"))
         assert counted == len(sent) + 4  # every answer counted once, whoever made it
         assert 'elfreg_requests_total{route="other",status="404"} 1.0' in text
-        assert r.server.metrics.in_flight._value.get() == 0 and r.server.metrics.load._value.get() == 0
+        assert gauge(r, "in_flight") == 0 and gauge(r, "load") == 0
         out = r.client.completions.create(model="tiny", prompt=PROMPTS[1], seed=2)
         assert out.choices[0].text == r.model.generate([PROMPTS[1]], seed=2)[0]
     finally:

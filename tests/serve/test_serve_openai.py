@@ -12,7 +12,7 @@ from serve_prompts import PROMPTS
 openai = pytest.importorskip("openai", reason="the serving tests speak through the openai client (dev extra)")
 uvicorn = pytest.importorskip("uvicorn", reason="elfreg serve needs the serve extra")
 
-from serve_http import Running, call, held, post, wait_for  # noqa: E402
+from serve_http import Running, call, gauge, held, post, wait_for  # noqa: E402
 
 
 def _texts(model, prompts, n=1, seed=0, **settings):
@@ -74,8 +74,17 @@ def test_sixteen_concurrent_requests_of_other_settings_equal_their_solo_runs(run
                                                 extra_body=settings[k])
         return out.choices[0].text
 
-    with ThreadPoolExecutor(16) as pool:
-        texts = list(pool.map(ask, range(16)))
+    # all sixteen in flight before any samples, so that they share calls however slowly they come
+    _, release = held(running)
+    try:
+        with ThreadPoolExecutor(16) as pool:
+            asked = pool.map(ask, range(16))
+            wait_for(lambda: gauge(running, "in_flight") == 16, "the sixteen requests admitted")
+            release.set()
+            texts = list(asked)
+    finally:
+        release.set()
+        del running.server.run  # held no more
     merged = running.server.batcher.stats.calls - calls_before
     for k in range(16):
         assert texts[k] == _texts(running.model, [PROMPTS[k % 4]], seed=k, **settings[k])[0], settings[k]
@@ -158,10 +167,10 @@ def test_a_full_queue_answers_429_at_once_and_a_disconnect_cancels(served_checkp
         with pytest.raises(TimeoutError):
             post(r.url, "/v1/completions", {"prompt": PROMPTS[0]}, timeout=0.5)
         wait_for(lambda: 'status="499"} 1.0' in r.metrics(), "the 499 counted")
-        assert r.server.metrics.in_flight._value.get() == 1  # admitted until its sampling stops
+        assert gauge(r, "in_flight") == 1  # admitted until its sampling stops
         release.set()
-        wait_for(lambda: r.server.metrics.in_flight._value.get() == 0, "the cancelled request let go")
-        assert r.server.batcher.stats.calls == calls and r.server.metrics.load._value.get() == 0
+        wait_for(lambda: gauge(r, "in_flight") == 0, "the cancelled request let go")
+        assert r.server.batcher.stats.calls == calls and gauge(r, "load") == 0
         assert r.client.completions.create(model="tiny", prompt=PROMPTS[2]).choices[0].text == \
             _texts(r.model, [PROMPTS[2]])[0]
     finally:
@@ -175,6 +184,6 @@ def test_a_request_that_arrives_while_the_server_stops_is_answered_503(served_ch
         r.server.batcher.close()  # as at the end of a drain, with the HTTP side still up
         reply = post(r.url, "/v1/completions", {"prompt": PROMPTS[0]})
         assert reply.status_code == 503 and reply.json()["error"]["type"] == "unavailable"
-        assert r.server.metrics.in_flight._value.get() == 0  # its admission was given back
+        assert gauge(r, "in_flight") == 0  # its admission was given back
     finally:
         r.stop()
