@@ -16,8 +16,9 @@ request (``--max-queue`` ≥ C); what differs is how requests share network call
   still sending is waiting) and no batch is running, then run together; none joins a running
   batch.
 
-The clients run in a process of their own (one thread each), as a server's clients do; in the
-server's process their HTTP and JSON work would compete for its interpreter lock. Reported per
+The clients run in a process of their own (one thread each, the same process for every run), as
+a server's clients do; in the server's process their HTTP and JSON work would compete for its
+interpreter lock. Reported per
 (mode, C): requests/s, answer tokens/s, p50/p99 latency (admission to answer, as the client sees
 it), rows per network call, milliseconds per network call, and the share of the run the network
 was busy. Texts are checked equal across modes.
@@ -28,25 +29,27 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import queue
-import random
 import statistics
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import openai
+import serve_clients
 import torch
 import uvicorn
 
 import elfreg
 from elfreg.runs import write_json_atomic
-from elfreg.serve.app import Server, ServeSettings, create_app
+from elfreg.serve.app import create_app
+from elfreg.serve.limits import ServeSettings
+from elfreg.serve.server import Server
 from elfreg.serve.threads import serve_here
+from elfreg.text.canvas import token_ids
 from elfreg.toy import arith
 from elfreg.toy.registry import as_example
 
@@ -96,10 +99,13 @@ class Gate:
             outer.set_result(inner.result())
 
 
-def serve(model: Any, mode: str, clients: int, max_batch: int) -> tuple[Server, uvicorn.Server, Gate | None]:
+def serve(model: Any, mode: str, clients: int, max_batch: int, nfe: int
+          ) -> tuple[Server, uvicorn.Server, Gate | None]:
     """The server of one mode, its network calls to be made by ``serve_here`` on the main
-    thread, as ``elfreg serve`` makes them."""
-    server = Server(model, ServeSettings(max_batch=max_batch, max_queue=max(64, clients), model_name="bench",
+    thread, as ``elfreg serve`` makes them; its limits admit every client's request."""
+    queue_size, max_nfe = max(64, clients), max(nfe, ServeSettings.max_nfe)
+    server = Server(model, ServeSettings(max_batch=max_batch, max_queue=queue_size, model_name="bench",
+                                         max_nfe=max_nfe, max_load=queue_size * ServeSettings.max_rows * max_nfe,
                                          batcher_thread=False))
     gate = None
     if mode != "continuous":
@@ -109,8 +115,9 @@ def serve(model: Any, mode: str, clients: int, max_batch: int) -> tuple[Server, 
     return server, web, gate
 
 
-def load_run(model: Any, mode: str, clients: int, prompts: list[str], args: argparse.Namespace) -> dict[str, Any]:
-    server, web, gate = serve(model, mode, clients, args.max_batch)
+def load_run(model: Any, mode: str, clients: int, prompts: list[str], args: argparse.Namespace,
+             senders: Clients, run_id: int) -> dict[str, Any]:
+    server, web, gate = serve(model, mode, clients, args.max_batch, args.nfe)
     measured: dict[str, Any] = {}
 
     def drive() -> None:  # the clients' run, beside the main thread's network calls
@@ -118,7 +125,7 @@ def load_run(model: Any, mode: str, clients: int, prompts: list[str], args: argp
             while not web.started:
                 time.sleep(0.01)
             url = f"http://127.0.0.1:{web.servers[0].sockets[0].getsockname()[1]}/v1"
-            measured["clients"] = run_clients(url, clients, prompts, args, gate)
+            measured["clients"] = senders.run(run_id, url, clients, prompts, args, gate)
         finally:
             web.should_exit = True
 
@@ -138,72 +145,40 @@ def load_run(model: Any, mode: str, clients: int, prompts: list[str], args: argp
             "network_ms_per_call": 1e3 * busy / calls if calls else 0.0, "network_busy": busy / wall, "texts": texts}
 
 
-def run_clients(url: str, clients: int, prompts: list[str], args: argparse.Namespace, gate: Gate | None
-                ) -> tuple[list[float], int, dict[int, str], float]:
-    """The clients' latencies, answer tokens, texts (by request id) and wall seconds from the
-    first request's start to the last answer. They run in a process of their own, as a server's
-    clients do: in the server's process their HTTP and JSON work would take its interpreter lock
-    from the requests it serves. A client that has sent its last request is reported back at
-    once (the static gate stops waiting for it)."""
-    context = multiprocessing.get_context("spawn")
-    finished = context.Queue()
-    settings = {k: getattr(args, k) for k in ("requests", "think", "nfe", "sampler", "seed")}
-    with ProcessPoolExecutor(1, mp_context=context, initializer=_hand_over, initargs=(finished,)) as pool:
-        future = pool.submit(_clients, url, clients, prompts, settings)
+class Clients:
+    """The process the clients run in (``serve_clients``), one for every run: in the server's
+    process their HTTP and JSON work would take its interpreter lock from the requests it serves."""
+
+    def __init__(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.finished = context.Queue()
+        self.pool = ProcessPoolExecutor(1, mp_context=context, initializer=serve_clients.hand_over,
+                                        initargs=(self.finished,))
+
+    def run(self, run_id: int, url: str, clients: int, prompts: list[str], args: argparse.Namespace,
+            gate: Gate | None) -> tuple[list[float], int, dict[int, str], float]:
+        """The clients' latencies, answer tokens, texts (by request id) and wall seconds from
+        the first request's start to the last answer. A client that has sent its last request
+        is reported back at once (the static gate stops waiting for it)."""
+        settings = {k: getattr(args, k) for k in ("requests", "think", "nfe", "sampler", "seed")}
+        future = self.pool.submit(serve_clients.send, url, clients, prompts, settings, run_id)
         reported = 0
         while reported < clients:
             try:
-                finished.get(timeout=0.5)
+                done_run, _ = self.finished.get(timeout=0.5)
             except queue.Empty:
                 if future.done():
                     return future.result()  # done before its last reports came, or failed: raises
+                continue
+            if done_run != run_id:  # an earlier run's report, come after its run ended
                 continue
             reported += 1
             if gate is not None:
                 gate.client_done()
         return future.result()
 
-
-_finished: Any = None
-"""In the clients' process: where each client reports that it has sent its last request."""
-
-
-def _hand_over(finished: Any) -> None:
-    global _finished
-    _finished = finished
-
-
-def _clients(url: str, clients: int, prompts: list[str], settings: dict[str, Any]
-             ) -> tuple[list[float], int, dict[int, str], float]:
-    """In the clients' process: ``clients`` threads of the ``openai`` client, each sending its
-    requests one after another with Poisson arrivals (module docstring)."""
-    client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=3600)
-    latencies: list[float] = []
-    tokens = 0
-    texts: dict[int, str] = {}
-    lock = threading.Lock()
-
-    def one_client(c: int) -> None:
-        nonlocal tokens
-        rng = random.Random(settings["seed"] * 1000 + c)
-        try:
-            for k in range(settings["requests"]):
-                time.sleep(rng.expovariate(1 / settings["think"]) if settings["think"] > 0 else 0)
-                rid = c * settings["requests"] + k
-                t0 = time.monotonic()
-                out = client.completions.create(model="bench", prompt=prompts[rid % len(prompts)], seed=rid,
-                                                extra_body={"nfe": settings["nfe"], "sampler": settings["sampler"]})
-                with lock:
-                    latencies.append(time.monotonic() - t0)
-                    tokens += out.usage.completion_tokens
-                    texts[rid] = out.choices[0].text
-        finally:
-            _finished.put(c)
-
-    start = time.monotonic()
-    with ThreadPoolExecutor(clients) as pool:
-        list(pool.map(one_client, range(clients)))
-    return latencies, tokens, texts, time.monotonic() - start
+    def close(self) -> None:
+        self.pool.shutdown()
 
 
 def b_random_checkpoint(folder: Path) -> Path:
@@ -262,22 +237,43 @@ def main(argv: list[str] | None = None) -> int:
     return _measure(model, args)
 
 
+def fitted(model: Any, prompts: list[str]) -> list[str]:
+    """``prompts``, each cut to its last tokens that fit the checkpoint's prompt region (the
+    server refuses a longer one); says how many were cut (none for the demo's checkpoint)."""
+    canvas = model.models.frozen.canvas
+    ids = token_ids(canvas.tokenizer, prompts)
+    out = [p if len(t) <= canvas.prompt_cap else canvas.tokenizer.decode(t[-canvas.prompt_cap:])
+           for p, t in zip(prompts, ids, strict=True)]
+    fits = [p for p, t in zip(out, token_ids(canvas.tokenizer, out), strict=True) if len(t) <= canvas.prompt_cap]
+    cut = sum(len(t) > canvas.prompt_cap for t in ids)
+    if cut:
+        print(f"{cut} of {len(prompts)} prompts cut to the checkpoint's {canvas.prompt_cap}-token prompt region",
+              flush=True)
+    if not fits:
+        raise SystemExit("no prompt fits the checkpoint's prompt region")
+    return fits
+
+
 def _measure(model: Any, args: argparse.Namespace) -> int:
     problems = arith.heldout("test", 1, arith.ArithConfig())
-    prompts = [as_example(r).prompt for r in problems]
+    prompts = fitted(model, [as_example(r).prompt for r in problems])
     rows = []
-    for clients in (int(c) for c in args.clients.split(",")):
-        for mode in args.modes.split(","):
-            r = load_run(model, mode, clients, prompts, args)
-            rows.append(r)
-            print(f"{mode:14s} C={clients:3d}  {r['requests_per_s']:7.2f} req/s  "
-                  f"{r['answer_tokens_per_s']:8.1f} tok/s  p50 {r['p50_s']:6.3f} s  p99 {r['p99_s']:6.3f} s  "
-                  f"rows/call {r['rows_per_call']:5.1f}  {r['network_ms_per_call']:5.1f} ms/call  "
-                  f"network busy {100 * r['network_busy']:3.0f} %", flush=True)
-        same = [r for r in rows if r["clients"] == clients]
-        if any(r["texts"] != same[0]["texts"] for r in same):
-            print(f"texts differ between modes at C={clients}", file=sys.stderr)
-            return 1
+    senders = Clients()
+    try:
+        for clients in (int(c) for c in args.clients.split(",")):
+            for mode in args.modes.split(","):
+                r = load_run(model, mode, clients, prompts, args, senders, len(rows))
+                rows.append(r)
+                print(f"{mode:14s} C={clients:3d}  {r['requests_per_s']:7.2f} req/s  "
+                      f"{r['answer_tokens_per_s']:8.1f} tok/s  p50 {r['p50_s']:6.3f} s  p99 {r['p99_s']:6.3f} s  "
+                      f"rows/call {r['rows_per_call']:5.1f}  {r['network_ms_per_call']:5.1f} ms/call  "
+                      f"network busy {100 * r['network_busy']:3.0f} %", flush=True)
+            same = [r for r in rows if r["clients"] == clients]
+            if any(r["texts"] != same[0]["texts"] for r in same):
+                print(f"texts differ between modes at C={clients}", file=sys.stderr)
+                return 1
+    finally:
+        senders.close()
     result = {"command": sys.argv, "settings": {k: v for k, v in vars(args).items()},
               "rows": [{k: v for k, v in r.items() if k != "texts"} for r in rows]}
     if args.out:

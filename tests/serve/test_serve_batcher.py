@@ -1,6 +1,6 @@
 """BatchedNetwork: concurrent jobs' calls merged into shared network calls, each job given exactly
-its own rows, never more than max_batch rows a call, cancellation before the network, every job's
-calls made on the scheduler's thread."""
+its own rows, never more than max_batch rows a call, cancellation before the network, a failed
+merged call run again job by job, every job's calls made on the scheduler's thread."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def test_no_call_exceeds_max_batch_and_shapes_that_differ_are_not_merged():
         assert (results[-1][1] is None) == (reg_hat is None)
 
 
-def test_a_cancelled_job_stops_before_the_network_and_errors_reach_every_job():
+def test_a_cancelled_job_stops_before_the_network_and_a_network_that_always_fails_fails_every_job():
     stub = RowStub()
     net = BatchedNetwork(stub, max_batch=8)
     cancel = threading.Event()
@@ -140,6 +140,45 @@ def test_a_cancelled_job_stops_before_the_network_and_errors_reach_every_job():
     finally:
         failing.close()
     assert errors == ["the network failed"] * 3
+
+
+class PoisonStub(RowStub):
+    """A RowStub whose calls fail when they hold a row with a negative time (as a request's own
+    rows can make a merged call fail: out of memory, a shape the network cannot take)."""
+
+    def denoise(self, z, q, t, w, prompt_mask, reg, reg_q):
+        self.calls.append(z.shape[0])
+        if (t < 0).any():
+            raise RuntimeError("out of memory")
+        return 2 * z + (t * w)[:, None, None], None if reg is None else reg + 1
+
+
+def test_a_failed_merged_call_is_run_again_job_by_job_and_only_the_job_at_fault_fails():
+    stub = PoisonStub()
+    retried = []
+    net = BatchedNetwork(stub, max_batch=16, on_retry=lambda: retried.append(1))
+
+    def poisoned(net_):
+        z, q, t, w, mask, reg, reg_q = _inputs(2, 9)
+        return net_.denoise(z, q, -t, w, mask, reg, reg_q)
+
+    try:
+        jobs = [_steps(0, 1), _steps(1, 2), poisoned, _steps(2, 3)]
+        futures = _submit_all(net, jobs)
+        with pytest.raises(RuntimeError, match="out of memory"):
+            futures[2].result(30)
+        good = [futures[k].result(30) for k in (0, 1, 3)]
+    finally:
+        net.close()
+    for (seed, rows), results in zip([(0, 1), (1, 2), (2, 3)], good, strict=True):
+        x_hat, reg_hat = _expected(seed, rows)
+        for got_x, got_reg in results:  # every step exact, the failed one included
+            torch.testing.assert_close(got_x, x_hat, rtol=0, atol=0)
+            torch.testing.assert_close(got_reg, reg_hat, rtol=0, atol=0)
+    # the merged first step failed, ran again job by job (the poisoned job's call failing
+    # alone), then the three good jobs shared their next two steps
+    assert stub.calls == [8, 1, 2, 2, 3, 6, 6]
+    assert net.stats.retried == len(retried) == 1
 
 
 def test_a_job_that_raises_fails_alone():

@@ -3,8 +3,6 @@ and the texts of ``elfreg.sampling.generate``."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from serve_prompts import PROMPTS
 
@@ -35,31 +33,3 @@ def test_bad_settings_and_sources_are_one_line(served_checkpoint, tmp_path):
         elfreg.load(tmp_path / "nowhere" / "at" / "all")
     with pytest.raises(ValueError, match="revision='v1' is for Hub ids"):
         elfreg.load(served_checkpoint, revision="v1")
-
-
-def test_a_hub_id_records_the_revision_the_commit_and_file_hashes(served_checkpoint, tmp_path, monkeypatch):
-    import hashlib
-    import shutil
-
-    import huggingface_hub
-
-    from elfreg.train.export import export_release
-
-    release = export_release(Path(served_checkpoint), tmp_path / "release")
-    snapshot = tmp_path / "hub" / "snapshots" / ("c0ffee" * 6 + "abcd")
-    shutil.copytree(release, snapshot)
-    asked = {}
-
-    def fake_download(repo_id: str, revision: str | None = None, **_: object) -> str:
-        asked.update(repo_id=repo_id, revision=revision)
-        return str(snapshot)
-
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_download)
-    model = elfreg.load("someone/tiny-elfreg", revision="v1", device="cpu")
-    assert asked == {"repo_id": "someone/tiny-elfreg", "revision": "v1"}
-    src = model.source
-    assert src["kind"] == "hub" and src["revision"] == "v1" and src["commit"] == snapshot.name
-    card = snapshot / "README.md"
-    assert src["files"]["README.md"] == hashlib.sha256(card.read_bytes()).hexdigest()
-    assert "ema.safetensors" in src["files"] and "config.yaml" in src["files"]
-    assert model.generate(PROMPTS[:1]) == elfreg.load(served_checkpoint, device="cpu").generate(PROMPTS[:1])

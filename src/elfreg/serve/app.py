@@ -1,20 +1,21 @@
-"""``elfreg serve``'s application: an OpenAI-compatible HTTP API on FastAPI, every request
-sampled through one :class:`~elfreg.serve.batcher.BatchedNetwork`.
+"""``elfreg serve``'s routes: an OpenAI-compatible HTTP API on FastAPI, every request sampled
+through one :class:`~elfreg.serve.server.Server`.
 
 Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models``,
 ``GET /health``, ``GET /metrics`` (Prometheus text).
 
 Contract:
 
-- a request's answer is :func:`elfreg.sampling.generate`'s for the same prompts, seed and
-  settings: each request runs ``generate`` on the checkpoint's own frozen encoder and settings,
-  as a job of the shared batched network (on its scheduler's thread);
-- at most ``max_queue`` requests are admitted at once; one more is answered 429 at once;
-- a bad field is answered 400 with one line naming it (OpenAI's error object); no input yields
-  a 500;
-- a client that disconnects has its request cancelled before its next network call;
-- the process stops taking requests on SIGTERM and finishes those in flight (uvicorn's graceful
-  shutdown, bounded by ``elfreg serve --graceful-timeout``).
+- a request is parsed and bounded (:func:`~elfreg.serve.protocol.parse_request`), its cost
+  checked against the server's limits (:mod:`elfreg.serve.limits`) and its prompts against the
+  canvas before any work; each refusal is a 400 with one line naming the field;
+- a request that does not fit the admission limits is answered 429 at once;
+- an admitted request not answered within ``request_timeout`` seconds is answered 408 and stops
+  before its next network call; so does one whose client disconnects (counted as 499);
+- a stream sends an SSE comment every ``keepalive`` seconds while its request samples (so that
+  a proxy's read timeout does not cut it), then the events; a failure after its 200 went out is
+  an ``{"error": ...}`` event;
+- the errors of the HTTP side itself (body limit, unknown routes) are :mod:`elfreg.serve.guard`'s.
 """
 
 from __future__ import annotations
@@ -22,207 +23,42 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import re
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..config import ConfigError, SampleConfig
-from ..device import use_bf16
-from ..sampling import GenerationResult, generate
-from ..sampling.network import StudentNetwork
+from ..sampling import GenerationResult
 from ..text.templates import get_template, render_prompt
-from .batcher import BatchedNetwork, RequestCancelled
-from .model import Model
-from .protocol import BadRequest, ChatRequest, Choice, CompletionRequest, cut_answer, error_body
+from .batcher import NetworkClosed, RequestCancelled
+from .guard import GONE, install
+from .protocol import BadRequest, ChatRequest, CompletionRequest, error_body, parse_request
+from .server import Request as ApiRequest
+from .server import Server
+
+POLL_S = 0.1  # how often a waiting request looks whether its client is still there
 
 
-@dataclass
-class ServeSettings:
-    """How the server batches and admits work."""
+class _Failed(Exception):
+    """A request that fails after admission: its status and OpenAI error object."""
 
-    max_batch: int = 32  # rows per network call
-    max_queue: int = 64  # requests admitted at once (running or waiting)
-    model_name: str = "elfreg"
-    # the batcher's scheduler in a thread of its own; False: the owner runs server.batcher.run()
-    # on the thread that loaded the model (elfreg.serve.threads.serve_here, as `elfreg serve` does)
-    batcher_thread: bool = True
-
-
-# bounds that keep one request from taking the server's memory: the master grid (nfe × rho points
-# per sample) and the rows of one request (prompts × n)
-MAX_GRID_POINTS = 1 << 20
-MAX_ROWS = 1024
-
-
-class Metrics:
-    """The Prometheus metrics of one server (its own registry)."""
-
-    def __init__(self, batcher_state: Callable[[], tuple[int, int]]):
-        self.registry = CollectorRegistry()
-        r = self.registry
-        self.requests = Counter("elfreg_requests", "requests answered, by route and status", ["route", "status"],
-                                registry=r)
-        self.in_flight = Gauge("elfreg_requests_in_flight", "requests admitted and not yet answered", registry=r)
-        Gauge("elfreg_queued_calls", "sampler calls waiting for the network", registry=r).set_function(
-            lambda: batcher_state()[0])
-        Gauge("elfreg_sampling_requests", "requests sampling (started, not yet answered by the sampler)",
-              registry=r).set_function(lambda: batcher_state()[1])
-        self.calls = Counter("elfreg_network_calls", "network calls made (rate: calls per second)", registry=r)
-        self.busy = Counter("elfreg_network_seconds", "seconds spent in network calls (rate: the share of time "
-                            "the network is busy)", registry=r)
-        self.rows = Histogram("elfreg_rows_per_call", "rows of each network call", registry=r,
-                              buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256))
-        self.latency = Histogram("elfreg_request_latency_seconds", "time from admission to answer", ["route"],
-                                 registry=r, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
-
-    def on_call(self, rows: int, seconds: float) -> None:
-        self.calls.inc()
-        self.busy.inc(seconds)
-        self.rows.observe(rows)
-
-
-class Server:
-    """The model, the batched network and the admission count."""
-
-    def __init__(self, model: Model, settings: ServeSettings):
-        self.model, self.settings = model, settings
-        models = model.models
-        device = next(models.student.parameters()).device
-        eos = models.frozen.tokenizer.eos_token_id
-        # the network generate() would build for this checkpoint, shared by every request
-        student_net = StudentNetwork(models.student, use_bf16(device, models.precision), eos_id=eos)
-        self.metrics = Metrics(lambda: (self.batcher.queued_calls, self.batcher.active_jobs))
-        self.batcher = BatchedNetwork(student_net, settings.max_batch, self.metrics.on_call,
-                                      own_thread=settings.batcher_thread)
-        self._admitted = 0
-        self._lock = threading.Lock()
-        self._encode_lock = threading.Lock()  # a fast tokenizer is not safe to call from two threads at once
-
-    def admit(self) -> bool:
-        with self._lock:
-            if self._admitted >= self.settings.max_queue:
-                return False
-            self._admitted += 1
-            self.metrics.in_flight.inc()
-            return True
-
-    def release(self) -> None:
-        with self._lock:
-            self._admitted -= 1
-            self.metrics.in_flight.dec()
-
-    def settings_for(self, req: CompletionRequest | ChatRequest) -> SampleConfig:
-        try:
-            sample = self.model.settings_with(**req.sample_changes())
-        except ConfigError as err:
-            key = re.match(r"config error: sample\.(\w+):", str(err))  # the field SampleConfig names
-            raise BadRequest(str(err).removeprefix("config error: "), key and key.group(1)) from None
-        if sample.nfe * sample.rho > MAX_GRID_POINTS:
-            raise BadRequest(f"nfe: nfe × rho = {sample.nfe * sample.rho} grid points; this server allows at most "
-                             f"{MAX_GRID_POINTS}", "nfe")
-        if sample.trim and req.readouts:
-            raise BadRequest("readouts: a trimmed canvas records no readouts; drop trim or readouts", "readouts")
-        if self.model.models.student.cfg.cfg_tokens == 0 and sample.sc_cfg != 1.0:
-            raise BadRequest(f"sc_cfg: this model has no SC-CFG tokens, so sc_cfg must be 1, not {sample.sc_cfg}",
-                             "sc_cfg")
-        return sample
-
-    def start(self, prompts: list[str], sample: SampleConfig, req: CompletionRequest | ChatRequest,
-              cancel: threading.Event) -> Future:
-        """Submit one request to the batched network; its future holds :meth:`run`'s results."""
-        return self.batcher.submit(lambda _net: self.run(prompts, sample, req, cancel), cancel)
-
-    def run(self, prompts: list[str], sample: SampleConfig, req: CompletionRequest | ChatRequest,
-            cancel: threading.Event) -> list[GenerationResult]:
-        """``generate`` for one request, through the batched network (a job of it)."""
-        models = self.model.models
-        # the tokenizer is shared with the HTTP thread (usage counts, stops), and a fast tokenizer
-        # fails with "Already borrowed" when two threads use it at once
-        frozen = dataclasses.replace(models.frozen,
-                                     canvas=_Serialised(models.frozen.canvas, self._encode_lock, ("build",)))
-        return generate(self.batcher, prompts, sample, frozen_text=frozen, flow=models.config.flow,
-                        samples=req.n, seed=req.seed, batch_size=self.settings.max_batch,
-                        record_every=req.readouts, progress=False)
-
-    def choices(self, results: list[GenerationResult], req: CompletionRequest | ChatRequest) -> list[Choice]:
-        tok = self.model.models.frozen.tokenizer
-
-        def decode(tokens: list[int]) -> str:
-            return tok.decode(tokens, skip_special_tokens=True)
-
-        def encode(text: str) -> list[int]:
-            with self._encode_lock:
-                return tok.encode(text, add_special_tokens=False)
-
-        stops = req.stops()
-        out = []
-        for k, r in enumerate(results):
-            text, count, finish = cut_answer(r.text, r.tokens, r.ended, req.max_tokens, stops, decode, encode)
-            out.append(Choice(index=k, text=text, finish_reason=finish, completion_tokens=count, nfe=r.nfe,
-                              seed=r.seed))
-        return out
-
-    def prompt_tokens(self, prompts: list[str]) -> int:
-        with self._encode_lock:
-            return sum(len(self.model.models.frozen.tokenizer.encode(p, add_special_tokens=False)) for p in prompts)
-
-    def close(self) -> None:
-        self.batcher.close()
-
-
-class _Serialised:
-    """``target`` with the methods named in ``methods`` called one thread at a time."""
-
-    def __init__(self, target: Any, lock: threading.Lock, methods: tuple[str, ...]):
-        self._target, self._lock, self._methods = target, lock, methods
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._target, name)
-        if name not in self._methods:
-            return value
-
-        def serialised(*args: Any, **kwargs: Any) -> Any:
-            with self._lock:
-                return value(*args, **kwargs)
-        return serialised
-
-
-def _param_of(err: RequestValidationError) -> tuple[str, str | None]:
-    """One line naming the first bad field of a request, and that field."""
-    first = err.errors()[0]
-    where = [str(p) for p in first.get("loc", ()) if p != "body"]
-    field = where[0] if where else None
-    name = ".".join(where) or "body"
-    if first.get("type") == "extra_forbidden":
-        return f"{name}: unknown field (not an OpenAI field this server honours, nor a sampler setting)", field
-    return f"{name}: {first.get('msg', 'invalid')}", field
+    def __init__(self, status: int, body: dict[str, Any]):
+        super().__init__(body["error"]["message"])
+        self.status, self.body = status, body
 
 
 def create_app(server: Server) -> FastAPI:
     """The HTTP application around ``server`` (module docstring)."""
-    app = FastAPI(title="elfreg", docs_url=None, redoc_url=None)
+    app = FastAPI(title="elfreg", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = server
-
-    @app.exception_handler(RequestValidationError)
-    async def bad_field(request: Request, err: RequestValidationError) -> JSONResponse:
-        message, field = _param_of(err)
-        server.metrics.requests.labels(request.url.path, "400").inc()
-        return JSONResponse(error_body(message, field), status_code=400)
-
-    @app.exception_handler(BadRequest)
-    async def bad_request(request: Request, err: BadRequest) -> JSONResponse:
-        server.metrics.requests.labels(request.url.path, "400").inc()
-        return JSONResponse(error_body(str(err), err.param), status_code=400)
+    install(app, server.settings.max_body_bytes, server.metrics)
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -238,11 +74,13 @@ def create_app(server: Server) -> FastAPI:
                                             "owned_by": "elfreg"}]}
 
     @app.post("/v1/completions")
-    async def completions(req: CompletionRequest, request: Request) -> Any:
+    async def completions(request: Request) -> Any:
+        req = parse_request(CompletionRequest, await request.body())
         return await _answer(server, request, req, req.prompts(), chat=False)
 
     @app.post("/v1/chat/completions")
-    async def chat(req: ChatRequest, request: Request) -> Any:
+    async def chat(request: Request) -> Any:
+        req = parse_request(ChatRequest, await request.body())
         template = get_template(server.model.models.config.data.template)
         if len(template.fields) != 1:
             raise BadRequest(f"messages: this checkpoint's prompt template ({template.name}) needs the fields "
@@ -253,112 +91,170 @@ def create_app(server: Server) -> FastAPI:
     return app
 
 
-async def _answer(server: Server, request: Request, req: CompletionRequest | ChatRequest, prompts: list[str],
-                  chat: bool) -> Any:
-    route = request.url.path
-    req.stops()  # a bad stop is refused before any work
-    if len(prompts) * req.n > MAX_ROWS:
-        raise BadRequest(f"prompt: {len(prompts)} prompts × n = {req.n} is more than {MAX_ROWS} answers", "prompt")
+async def _answer(server: Server, request: Request, req: ApiRequest, prompts: list[str], chat: bool) -> Any:
     if req.model is not None and req.model != server.settings.model_name:
         raise BadRequest(f"model: this server serves {server.settings.model_name!r}, not {req.model!r}", "model")
-    sample = server.settings_for(req)
-    if not server.admit():
-        server.metrics.requests.labels(route, "429").inc()
-        return JSONResponse(error_body(f"the server is at its limit of {server.settings.max_queue} requests; "
-                                       "retry later", kind="rate_limit_error"), status_code=429)
-    started = time.monotonic()
-    cancel = threading.Event()
+    sample, cost = server.settings_for(req, len(prompts))
+    # tokenising a long prompt takes a while: not on the event loop, which answers everyone
+    prompt_tokens = await asyncio.to_thread(server.prompt_tokens, prompts, "messages" if chat else "prompt")
+    if not server.admit(cost):
+        return JSONResponse(error_body(f"the server is at its limit ({server.settings.max_queue} requests, "
+                                       f"{server.settings.max_load} row-calls in flight); retry later",
+                                       kind="rate_limit_error"), status_code=429)
     loop = asyncio.get_running_loop()
+    started = time.monotonic()
+    deadline = loop.time() + server.settings.request_timeout
+    cancel = threading.Event()
     try:
-        started_job = server.start(prompts, sample, req, cancel)
-    except RuntimeError:  # the batched network is closed: the server is stopping
-        server.release()
-        server.metrics.requests.labels(route, "503").inc()
+        job = server.start(prompts, sample, req, cancel)
+    except NetworkClosed:  # the server is stopping
+        server.release(cost)
         return JSONResponse(error_body("the server is shutting down", kind="unavailable"), status_code=503)
-    released = False
 
-    def done() -> None:
-        nonlocal released
-        if not released:
-            released = True
-            server.release()
-            server.metrics.latency.labels(route).observe(time.monotonic() - started)
+    def done() -> None:  # the work has stopped: give back what it was admitted with
+        server.release(cost)
+        server.metrics.latency.labels(request.url.path).observe(time.monotonic() - started)
 
-    started_job.add_done_callback(lambda _f: loop.call_soon_threadsafe(done))
+    job.add_done_callback(lambda _f: loop.call_soon_threadsafe(done))
+    waiting = _Waiting(job, request, cancel, deadline, server.settings.request_timeout)
+    answer = _Answer(server, req, prompts, prompt_tokens * req.n, sample, chat)
+    if req.stream:
+        return StreamingResponse(_stream(waiting, answer, server.settings.keepalive),
+                                 media_type="text/event-stream")
     try:
-        results = await _unless_disconnected(asyncio.wrap_future(started_job), request, cancel)
-    except (ValueError, ConfigError) as err:  # generate refused the request's settings
-        server.metrics.requests.labels(route, "400").inc()
-        return JSONResponse(error_body(" ".join(str(err).split())), status_code=400)
+        results = await waiting.results(POLL_S)
+    except _Failed as err:
+        return JSONResponse(err.body, status_code=err.status)
+    return answer.body(results)
+
+
+class _Waiting:
+    """The wait of one admitted request for its sampling: the deadline, the client's presence."""
+
+    def __init__(self, job: Future, request: Request, cancel: threading.Event, deadline: float, timeout: float):
+        self.job, self.request, self.cancel, self.deadline, self.timeout = job, request, cancel, deadline, timeout
+        self.future = asyncio.wrap_future(job)
+        self.future.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: never logged
+
+    async def settled(self, within: float) -> bool:
+        """Whether the sampling is done, after waiting for it at most ``within`` seconds;
+        :class:`_Failed` (408) once the deadline has passed."""
+        left = self.deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            self.stop()
+            raise _Failed(408, error_body(f"the request took longer than this server's limit of {self.timeout:g} s "
+                                          "(elfreg serve --request-timeout)", kind="timeout_error"))
+        done, _ = await asyncio.wait({self.future}, timeout=min(within, left))
+        return bool(done)
+
+    async def results(self, every: float) -> list[GenerationResult]:
+        """The request's results; :class:`_Failed` when it fails, times out, or its client goes
+        away (looked at every ``every`` seconds)."""
+        while not await self.settled(every):
+            if await self.request.is_disconnected():
+                self.stop()
+                raise _Failed(GONE, error_body("the client went away", kind="cancelled"))
+        return _result(self.future)
+
+    def stop(self) -> None:
+        """Stop the request's sampling at its next network call (its future then fails)."""
+        self.cancel.set()
+
+
+def _result(future: asyncio.Future) -> list[GenerationResult]:
+    try:
+        return future.result()
     except RequestCancelled:
-        server.metrics.requests.labels(route, "499").inc()
-        return JSONResponse(error_body("the client went away", kind="cancelled"), status_code=499)
-    body = _body(server, req, prompts, results, sample, chat)
-    server.metrics.requests.labels(route, "200").inc()
-    if not req.stream:
-        return body
-    return StreamingResponse(_events(body, results, req, chat, server), media_type="text/event-stream")
+        raise _Failed(GONE, error_body("the client went away", kind="cancelled")) from None
+    except NetworkClosed:
+        raise _Failed(503, error_body("the server is shutting down", kind="unavailable")) from None
+    except (ValueError, ConfigError) as err:  # generate refused the request's settings
+        raise _Failed(400, error_body(" ".join(str(err).split()))) from None
+    except Exception as err:  # noqa: BLE001 - the network failed on this request's own rows
+        raise _Failed(500, error_body(f"sampling failed: {type(err).__name__}", kind="server_error")) from None
 
 
-async def _unless_disconnected(future: asyncio.Future, request: Request, cancel: threading.Event) -> Any:
-    """The worker's result; a client gone before it is ready cancels the request."""
-    while True:
-        done, _ = await asyncio.wait({future}, timeout=0.1)
-        if done:
-            return future.result()
-        if await request.is_disconnected():
-            cancel.set()
-            try:
-                await future
-            except RequestCancelled:
-                pass
-            raise RequestCancelled("the client went away")
+@dataclasses.dataclass
+class _Answer:
+    """What makes a request's answer from its results, in either format."""
 
+    server: Server
+    req: ApiRequest
+    prompts: list[str]
+    prompt_tokens: int
+    sample: SampleConfig
+    chat: bool
 
-def _body(server: Server, req: CompletionRequest | ChatRequest, prompts: list[str], results: list[GenerationResult],
-          sample: SampleConfig, chat: bool) -> dict[str, Any]:
-    choices = server.choices(results, req)
-    completion_tokens = sum(c.completion_tokens for c in choices)
-    prompt_tokens = server.prompt_tokens(prompts) * req.n
-    if chat:
-        listed = [{"index": c.index, "message": {"role": "assistant", "content": c.text},
-                   "finish_reason": c.finish_reason, "logprobs": None} for c in choices]
-    else:
-        listed = [{"index": c.index, "text": c.text, "finish_reason": c.finish_reason, "logprobs": None}
-                  for c in choices]
-    return {"id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
-            "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
-            "model": server.settings.model_name, "choices": listed,
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
-            "elfreg": {"sample": dataclasses.asdict(sample), "seed": req.seed,
-                       "choices": [{"index": c.index, "seed": c.seed, "nfe": c.nfe} for c in choices]}}
-
-
-async def _events(body: dict[str, Any], results: list[GenerationResult], req: CompletionRequest | ChatRequest,
-                  chat: bool, server: Server) -> AsyncIterator[str]:
-    """OpenAI's server-sent events: per choice, the early readouts asked for (empty text, the
-    readout under ``elfreg``), then its final text, then ``[DONE]``."""
-    kind = "chat.completion.chunk" if chat else "text_completion"
-    tok = server.model.models.frozen.tokenizer
-
-    def chunk(index: int, text: str, finish: str | None, extra: dict[str, Any] | None = None) -> str:
-        if chat:
-            choice = {"index": index, "delta": {"role": "assistant", "content": text} if text or finish is None
-                      else {}, "finish_reason": finish, "logprobs": None}
+    def body(self, results: list[GenerationResult]) -> dict[str, Any]:
+        choices = self.server.choices(results, self.req)
+        completion_tokens = sum(c.completion_tokens for c in choices)
+        if self.chat:
+            listed = [{"index": c.index, "message": {"role": "assistant", "content": c.text},
+                       "finish_reason": c.finish_reason, "logprobs": None} for c in choices]
         else:
-            choice = {"index": index, "text": text, "finish_reason": finish, "logprobs": None}
-        event = {"id": body["id"], "object": kind, "created": body["created"], "model": body["model"],
-                 "choices": [choice], **({"elfreg": extra} if extra else {})}
-        return f"data: {json.dumps(event, ensure_ascii=False)}\n\n"
+            listed = [{"index": c.index, "text": c.text, "finish_reason": c.finish_reason, "logprobs": None}
+                      for c in choices]
+        return {"id": f"{'chatcmpl' if self.chat else 'cmpl'}-{uuid.uuid4().hex}",
+                "object": "chat.completion" if self.chat else "text_completion", "created": int(time.time()),
+                "model": self.server.settings.model_name, "choices": listed,
+                "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": completion_tokens,
+                          "total_tokens": self.prompt_tokens + completion_tokens},
+                "elfreg": {"sample": dataclasses.asdict(self.sample), "seed": self.req.seed,
+                           "choices": [{"index": c.index, "seed": c.seed, "nfe": c.nfe} for c in choices]}}
 
-    for k, r in enumerate(results):
-        tr = r.trajectory
-        for s in range(0 if tr is None else len(tr.steps)):
-            ids = tr.tokens[s].tolist()
-            ids = ids[:ids.index(tok.eos_token_id)] if tok.eos_token_id in ids else ids
-            yield chunk(k, "", None, {"readout": {"step": int(tr.steps[s]), "t": float(tr.times[s]),
-                                                  "text": tok.decode(ids, skip_special_tokens=True)}})
-        final = body["choices"][k]
-        yield chunk(k, final["message"]["content"] if chat else final["text"], final["finish_reason"])
-    yield "data: [DONE]\n\n"
+    def events(self, results: list[GenerationResult]) -> list[str]:
+        """OpenAI's server-sent events: per choice, the early readouts asked for (empty text, the
+        readout under ``elfreg``), then its final text; the usage chunk when asked for; ``[DONE]``."""
+        body = self.body(results)
+        kind = "chat.completion.chunk" if self.chat else "text_completion"
+        tok = self.server.model.models.frozen.tokenizer
+        usage = {"usage": None} if self.req.include_usage else {}
+
+        def chunk(index: int, text: str, finish: str | None, extra: dict[str, Any] | None = None) -> str:
+            if self.chat:
+                choice = {"index": index, "delta": {"role": "assistant", "content": text} if text or finish is None
+                          else {}, "finish_reason": finish, "logprobs": None}
+            else:
+                choice = {"index": index, "text": text, "finish_reason": finish, "logprobs": None}
+            return _event({"id": body["id"], "object": kind, "created": body["created"], "model": body["model"],
+                           "choices": [choice], **usage, **({"elfreg": extra} if extra else {})})
+
+        out = []
+        for k, r in enumerate(results):
+            tr = r.trajectory
+            for s in range(0 if tr is None else len(tr.steps)):
+                ids = tr.tokens[s].tolist()
+                ids = ids[:ids.index(tok.eos_token_id)] if tok.eos_token_id in ids else ids
+                out.append(chunk(k, "", None, {"readout": {"step": int(tr.steps[s]), "t": float(tr.times[s]),
+                                                           "text": tok.decode(ids, skip_special_tokens=True)}}))
+            final = body["choices"][k]
+            out.append(chunk(k, final["message"]["content"] if self.chat else final["text"], final["finish_reason"]))
+        if self.req.include_usage:
+            out.append(_event({"id": body["id"], "object": kind, "created": body["created"], "model": body["model"],
+                               "choices": [], "usage": body["usage"]}))
+        return out
+
+
+def _event(data: dict[str, Any]) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+async def _stream(waiting: _Waiting, answer: _Answer, keepalive: float) -> AsyncIterator[str]:
+    """The events of a streamed request (module docstring). Starlette watches a streaming
+    client itself and cancels this generator when it goes away; that stops its sampling."""
+    failed = False
+    try:
+        while not await waiting.settled(keepalive):
+            yield ": keep-alive\n\n"
+        for event in answer.events(_result(waiting.future)):
+            yield event
+        yield "data: [DONE]\n\n"
+    except _Failed as err:
+        failed = True
+        waiting.request.state.status = err.status
+        yield _event(err.body)
+    finally:
+        if not waiting.job.done():  # failed, or its client went away, while it sampled
+            waiting.stop()
+            if not failed:
+                waiting.request.state.status = GONE

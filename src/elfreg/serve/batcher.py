@@ -28,7 +28,9 @@ Contract:
 - a job's ``cancel`` event, once set, makes its next network call raise :class:`RequestCancelled`
   (its rows never reach the network); a job whose future is cancelled before it starts never
   runs (once started, its future cannot be cancelled);
-- an exception in a merged call is raised in every job whose rows were in it; a job's own
+- a merged call that raises (an out-of-memory error, a row the network cannot take) is run
+  again one job at a time, so that only the job at fault fails: the exception of its own call
+  is raised in it, and every other job gets its rows as if nothing had happened; a job's own
   exception is its future's; :meth:`BatchedNetwork.close` fails the jobs not yet done;
 - the network methods may be called only from a job (a call from anywhere else is a
   ``RuntimeError``), and a job must not block its thread on another job.
@@ -52,6 +54,10 @@ from ..sampling.network import Network
 
 class RequestCancelled(RuntimeError):
     """The request's client went away; its sampling stopped before its next network call."""
+
+
+class NetworkClosed(RuntimeError):
+    """The batched network was closed (the server is stopping): no job starts or calls any more."""
 
 
 @dataclass(eq=False)
@@ -78,6 +84,7 @@ class BatchStats:
     calls: int = 0  # network calls made
     rows: int = 0  # rows over all calls
     merged_calls: int = 0  # job calls served
+    retried: int = 0  # merged calls that failed and were run again job by job
     seconds: float = 0.0  # spent in network calls
 
 
@@ -94,19 +101,20 @@ def _cat(parts: list[Any]) -> Any:
 
 class BatchedNetwork:
     """A :class:`~elfreg.sampling.network.Network` shared by jobs whose calls are merged (module
-    docstring). ``on_call(rows, seconds)`` is told the rows and duration of every network call. With
-    ``own_thread`` the scheduler runs in a thread of its own; without, the owner calls
-    :meth:`run` on the thread that is to make the network calls."""
+    docstring). ``on_call(rows, seconds)`` is told the rows and duration of every network call,
+    ``on_retry()`` every merged call that failed and is run again job by job. With ``own_thread``
+    the scheduler runs in a thread of its own; without, the owner calls :meth:`run` on the thread
+    that is to make the network calls."""
 
     def __init__(self, net: Network, max_batch: int = 32, on_call: Callable[[int, float], None] | None = None,
-                 own_thread: bool = True):
+                 own_thread: bool = True, on_retry: Callable[[], None] | None = None):
         if max_batch < 1:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
         self.net = net
         self.reg_dim = net.reg_dim
         self.device = getattr(net, "device", torch.device("cpu"))
         self.max_batch = max_batch
-        self.on_call = on_call
+        self.on_call, self.on_retry = on_call, on_retry
         self.stats = BatchStats()
         self._incoming: deque[_Job] = deque()  # submitted, not started (guarded by _cond)
         self._active: dict[greenlet.greenlet, _Job] = {}  # started, not done (scheduler thread only)
@@ -125,7 +133,7 @@ class BatchedNetwork:
         job = _Job(fn, cancel or threading.Event())
         with self._cond:
             if self._closed:
-                raise RuntimeError("the batched network is closed")
+                raise NetworkClosed("the batched network is closed")
             self._incoming.append(job)
             self._cond.notify_all()
         return job.future
@@ -155,7 +163,7 @@ class BatchedNetwork:
         return self._park("decode", (x, prompt_mask, reg, w))
 
     def close(self) -> None:
-        """Stop the scheduler (:meth:`run` returns); jobs not yet done fail with RuntimeError."""
+        """Stop the scheduler (:meth:`run` returns); jobs not yet done fail with :class:`NetworkClosed`."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
@@ -169,7 +177,7 @@ class BatchedNetwork:
         if job.cancel.is_set():
             raise RequestCancelled("the request was cancelled")
         if self._closed:
-            raise RuntimeError("the batched network was closed")
+            raise NetworkClosed("the batched network was closed")
         self._parked.append(_Call(kind, args, args[0].shape[0], _shape_key(kind, args), job))
         return job.glet.parent.switch()  # back to the scheduler; it resumes this job with its rows
 
@@ -188,7 +196,7 @@ class BatchedNetwork:
                 self._start(job)
             if self._parked:
                 self._run(self._take())
-        self._fail_all(RuntimeError("the batched network was closed"))
+        self._fail_all(NetworkClosed("the batched network was closed"))
 
     def _start(self, job: _Job) -> None:
         if not job.future.set_running_or_notify_cancel():
@@ -224,9 +232,15 @@ class BatchedNetwork:
     def _run(self, calls: list[_Call]) -> None:
         try:
             outputs = self._merged(calls)
-        except Exception as err:  # noqa: BLE001 - raised in every job whose rows were in it
+        except Exception as err:  # noqa: BLE001 - the job at fault gets it (module docstring)
+            if len(calls) == 1:
+                calls[0].job.glet.throw(type(err), err, err.__traceback__)
+                return
+            self.stats.retried += 1
+            if self.on_retry is not None:
+                self.on_retry()
             for call in calls:
-                call.job.glet.throw(type(err), err, err.__traceback__)
+                self._run([call])
             return
         start = 0
         for call in calls:
@@ -256,7 +270,7 @@ class BatchedNetwork:
             return tuple(_cat([c[i] for c in chunks]) for i in range(len(chunks[0])))
         return torch.cat(chunks)
 
-    def _fail_all(self, err: RuntimeError) -> None:
+    def _fail_all(self, err: NetworkClosed) -> None:
         """Fail every job not yet done: those never started, and those parked (each is thrown
         ``err`` at its network call, so its own clean-up runs)."""
         with self._cond:

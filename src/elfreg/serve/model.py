@@ -8,10 +8,12 @@
 
 Contract:
 
-- ``path_or_hub_id`` is a local folder when one exists at that path; otherwise an ``owner/name``
-  id fetched with ``huggingface_hub.snapshot_download`` at ``revision``. :attr:`Model.source`
-  records where the weights came from: the folder, and for the Hub the id, the revision asked
-  for, the commit it resolved to and the sha256 of every file;
+- ``path_or_hub_id`` is a local folder when one exists at that path (your own runs, loaded as
+  they are); otherwise an ``owner/name`` id of a release (``elfreg export``'s folder), of which
+  only files that cannot run code are fetched and read (:mod:`elfreg.serve.hub`: a training
+  checkpoint from a download, or a snapshot holding a pickle, is refused in one line).
+  :attr:`Model.source` records where the weights came from: the folder, and for the Hub the id,
+  the revision asked for, the commit it resolved to and the sha256 of every file;
 - sampler settings are :class:`~elfreg.config.SampleConfig`'s fields, given as keyword
   arguments; what is not given is the checkpoint's own setting (:attr:`Model.settings`); an
   unknown or invalid setting is a one-line :class:`~elfreg.config.ConfigError`;
@@ -27,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import SampleConfig
-from ..provenance import file_sha256
 from ..sampling import GenerationResult, SamplingModels, generate, load_checkpoint
+from .hub import fetch_release
 
 
 def resolve_source(path_or_hub_id: str | os.PathLike, revision: str | None = None) -> tuple[Path, dict[str, Any]]:
@@ -36,6 +38,7 @@ def resolve_source(path_or_hub_id: str | os.PathLike, revision: str | None = Non
 
     Raises:
         FileNotFoundError: neither a local path nor an ``owner/name`` Hub id.
+        UnsafeDownload: a Hub snapshot that is not a release, or that holds a pickle.
     """
     local = Path(path_or_hub_id).expanduser()
     if local.exists():
@@ -45,12 +48,7 @@ def resolve_source(path_or_hub_id: str | os.PathLike, revision: str | None = Non
     name = str(path_or_hub_id)
     if name.count("/") != 1 or name.startswith((".", "/")) or not all(name.split("/")):
         raise FileNotFoundError(f"no checkpoint at {name} (not a folder here, nor an owner/name Hub id)")
-    from huggingface_hub import snapshot_download
-
-    folder = Path(snapshot_download(repo_id=name, revision=revision))
-    commit = folder.name  # the cache keeps each snapshot under the commit it resolved to
-    files = {str(p.relative_to(folder)): file_sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}
-    return folder, {"kind": "hub", "repo_id": name, "revision": revision, "commit": commit, "files": files}
+    return fetch_release(name, revision)
 
 
 @dataclass

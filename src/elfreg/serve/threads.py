@@ -21,7 +21,7 @@ from types import FrameType
 
 import uvicorn
 
-from .app import Server
+from .server import Server
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 

@@ -10,8 +10,10 @@ Layout of one build, under ``<cache>/toy_assets/<quick|full>-<hash>/``::
     teacher/           idem
 
 A build is made in a temporary sibling folder and renamed into place only when complete, so a
-killed build never leaves a folder that a later call would reuse; a later build of the same
-settings removes temporary folders left by dead processes. Nothing is written outside the cache.
+killed build never leaves a folder that a later call would reuse; a later build (of any
+settings) removes temporary folders left by dead processes. A build stopped by SIGTERM or SIGINT
+stops its builder processes and removes its own temporary folder before the signal takes its
+course (:mod:`elfreg.toy.builders`). Nothing is written outside the cache.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import os
 import shutil
 import time
 import uuid
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -32,6 +34,7 @@ import torch
 from elfreg.device import resolve_precision
 from elfreg.paths import cache_dir as default_cache_dir
 from elfreg.text.tokenizer import load_tokenizer
+from elfreg.toy.builders import LMJob, Progress, Say, duration, run_here, run_side_by_side, signals_stop_the_build
 from elfreg.toy.corpus import ToyTaskConfig, lm_text, train_examples
 from elfreg.toy.lm import ToyLMConfig, lm_loss, pretrain_lm
 from elfreg.toy.readout import digit_readout, readout_problems
@@ -105,8 +108,9 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _remove_stale_tmp(base: Path, digest: str) -> None:
-    for tmp in base.glob(f".tmp-{digest}-*"):
+def _remove_stale_tmp(base: Path) -> None:
+    """Remove the temporary folders of builds (of any settings) whose process is gone."""
+    for tmp in base.glob(".tmp-*-*-*"):
         try:
             pid = int(tmp.name.split("-")[2])
         except (IndexError, ValueError):
@@ -135,7 +139,8 @@ def build_toy_assets(cache_dir: str | os.PathLike | None = None, task_config: To
                      quick: bool = False, encoder: ToyLMConfig | None = None,
                      teacher: ToyLMConfig | None = None, vocab_size: int = DEFAULT_VOCAB_SIZE,
                      corpus_size: int | None = None, progress: bool = True,
-                     num_threads: int | None = None, side_by_side: bool | None = None) -> ToyAssets:
+                     num_threads: int | None = None, side_by_side: bool | None = None,
+                     say: Say | None = None, every: float = 30.0) -> ToyAssets:
     """Build the toy tokenizer, encoder LM and teacher LM, or reuse an identical earlier build.
 
     ``quick`` picks the CI-sized defaults (a few seconds per LM) for ``encoder`` / ``teacher`` /
@@ -150,6 +155,10 @@ def build_toy_assets(cache_dir: str | os.PathLike | None = None, task_config: To
     train here one after the other on ``num_threads`` threads (default: torch's current
     setting). Neither choice is part of the cache key: the built weights are the same either way
     (tested), as for any thread count.
+
+    ``say`` (one line at a time) is told what is built and where, each LM's steps every
+    ``every`` seconds with the time left (unless ``progress``, the LMs' progress bars for a
+    terminal, shows them), and how long the build took; a reused build says nothing.
     """
     task_config = task_config or ToyTaskConfig()
     encoder = resolved_precision(encoder or (QUICK_ENCODER if quick else DEFAULT_ENCODER))
@@ -162,29 +171,44 @@ def build_toy_assets(cache_dir: str | os.PathLike | None = None, task_config: To
     if _is_complete(final):
         return _assets(final, reused=True)
     base.mkdir(parents=True, exist_ok=True)
-    _remove_stale_tmp(base, digest)
+    _remove_stale_tmp(base)
     tmp = base / f".tmp-{digest}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     if side_by_side is None:
         side_by_side = _usable_cpus() >= 2
-    try:
-        _build_into(tmp, settings, task_config, encoder, teacher, vocab_size, corpus_size, progress, num_threads,
-                    side_by_side)
+    said = say or (lambda _line: None)
+    said(f"building the toy tokenizer and LMs (first use, cached after; {_expected_time(encoder, teacher)}) "
+         f"into {final}")
+    began = time.monotonic()
+    with signals_stop_the_build():
         try:
-            os.rename(tmp, final)
-        except OSError:
-            if not _is_complete(final):
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)  # another process finished the same build first
-            return _assets(final, reused=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            _build_into(tmp, settings, task_config, encoder, teacher, vocab_size, corpus_size, progress, num_threads,
+                        side_by_side, say, every)
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                if not _is_complete(final):
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)  # another process finished the same build first
+                return _assets(final, reused=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    said(f"built the toy tokenizer and LMs in {duration(time.monotonic() - began)}")
     return _assets(final, reused=False)
+
+
+def _expected_time(encoder: ToyLMConfig, teacher: ToyLMConfig) -> str:
+    """How long a build of these LMs takes, where it was measured."""
+    if (encoder, teacher) == tuple(resolved_precision(c) for c in (DEFAULT_ENCODER, DEFAULT_TEACHER)):
+        return "about 3 minutes on 2 free CPU cores"
+    if (encoder, teacher) == tuple(resolved_precision(c) for c in (QUICK_ENCODER, QUICK_TEACHER)):
+        return "well under a minute"
+    return "the steps of each LM are reported as it trains"
 
 
 def _build_into(root: Path, settings: dict, task_config: ToyTaskConfig, encoder: ToyLMConfig,
                 teacher: ToyLMConfig, vocab_size: int, corpus_size: int, progress: bool,
-                num_threads: int | None, side_by_side: bool) -> None:
+                num_threads: int | None, side_by_side: bool, say: Say | None, every: float) -> None:
     root.mkdir(parents=True)
     (root / "settings.json").write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
     examples = train_examples(task_config, corpus_size)
@@ -192,56 +216,39 @@ def _build_into(root: Path, settings: dict, task_config: ToyTaskConfig, encoder:
     save_tokenizer(train_tokenizer([lm_text(e) for e in examples], vocab_size), root / "tokenizer")
     report: dict = {"vocab_size": len(load_tokenizer(str(root / "tokenizer"))),
                     "tokenizer_seconds": round(time.perf_counter() - t0, 2), "corpus_size": corpus_size}
-    jobs = [(root, name, cfg, task_config, examples, progress, position)
+    jobs = [LMJob(name, cfg.steps, (root, name, cfg, task_config, examples, progress, position))
             for position, (name, cfg) in enumerate((("encoder", encoder), ("teacher", teacher)))]
     t0 = time.perf_counter()
-    if side_by_side:
-        # spawn, not fork: a forked child would inherit the parent's torch thread pool state
-        context = multiprocessing.get_context("spawn")
-        freed = context.Event()
-        with ProcessPoolExecutor(max_workers=2, mp_context=context, initializer=_start_child,
-                                 initargs=(freed, num_threads or 1)) as pool:
-            futures = [pool.submit(_build_lm, *job, None) for job in jobs]
-            try:
-                for done in as_completed(futures):
-                    done.result()
-                    freed.set()  # the LM still training takes the finished one's thread
-                reports = [f.result() for f in futures]
-            except BaseException:
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
-    else:
-        reports = [_build_lm(*job, num_threads) for job in jobs]
+    # the steps are said every `every` seconds where no progress bars show them
+    with Progress(jobs, None if progress else say, every, multiprocessing.get_context("spawn")) as told:
+        if side_by_side:
+            reports = run_side_by_side(_build_lm, jobs, num_threads or 1, told)
+        else:
+            reports = run_here(_build_lm, jobs, num_threads, told)
     report.update({"encoder": reports[0], "teacher": reports[1],
                    "lm_seconds": round(time.perf_counter() - t0, 2), "lms_side_by_side": side_by_side})
     (root / "report.json").write_text(json.dumps(report, indent=2) + "\n")
 
 
-_freed_cpu = None
-"""In a child process of a side-by-side build: set once the other LM has finished."""
-
-
-def _start_child(freed_cpu, num_threads: int) -> None:
-    global _freed_cpu
-    _freed_cpu = freed_cpu
-    torch.set_num_threads(num_threads)
-
-
 def _build_lm(root: Path, name: str, cfg: ToyLMConfig, task_config: ToyTaskConfig, examples: list[dict],
-              progress: bool, position: int, num_threads: int | None) -> dict:
+              progress: bool, position: int, num_threads: int | None,
+              before_step: Callable[[], int] | None = None) -> dict:
     """Pretrain one LM into ``root / name`` and return its report entry (also run in a child
-    process, so it takes only picklable arguments and reads the tokenizer from ``root``)."""
-    tokenizer = load_tokenizer(str(root / "tokenizer"))
-    threads_now = None
-    if _freed_cpu is not None:
-        base = torch.get_num_threads()
-
-        def threads_now() -> int:
-            return base * 2 if _freed_cpu.is_set() else base
-    model, stats = pretrain_lm(cfg, tokenizer, examples, progress=progress, desc=f"toy {name}",
-                               num_threads=num_threads, position=position, threads_now=threads_now)
-    model.save_pretrained(root / name)
-    save_tokenizer(tokenizer, root / name)
-    texts = [lm_text(e) for e in examples[:64]]
-    return {**stats.__dict__, "train_loss_eval": round(lm_loss(model, tokenizer, texts), 4),
-            "digit_readout": digit_readout(model, tokenizer, readout_problems(cfg=task_config.arith))}
+    process, so it takes only picklable arguments and reads the tokenizer from ``root``), all of
+    it on ``num_threads`` torch threads (None: the caller's). ``before_step`` is asked before
+    every step how many threads to use from then on (it also counts the steps:
+    :mod:`elfreg.toy.builders`)."""
+    previous = torch.get_num_threads()
+    if num_threads:
+        torch.set_num_threads(num_threads)
+    try:
+        tokenizer = load_tokenizer(str(root / "tokenizer"))
+        model, stats = pretrain_lm(cfg, tokenizer, examples, progress=progress, desc=f"toy {name}",
+                                   position=position, threads_now=before_step)
+        model.save_pretrained(root / name)
+        save_tokenizer(tokenizer, root / name)
+        texts = [lm_text(e) for e in examples[:64]]
+        return {**stats.__dict__, "train_loss_eval": round(lm_loss(model, tokenizer, texts), 4),
+                "digit_readout": digit_readout(model, tokenizer, readout_problems(cfg=task_config.arith))}
+    finally:
+        torch.set_num_threads(previous)

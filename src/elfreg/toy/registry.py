@@ -17,15 +17,17 @@ from elfreg.toy.corpus import lm_prompt
 
 def resolve_toy_id(name: str) -> str:
     """``toy[-quick]:encoder|teacher|tokenizer`` → the local folder of the cached toy build. A
-    first use builds it, with progress bars only on a terminal: the id is resolved deep inside
-    commands whose ``--no-progress`` cannot reach here, and a log should not fill with bars."""
+    first use builds it, saying so on stderr (what is built, each LM's steps every 30 s with the
+    time left, the time it took), with progress bars only on a terminal: the id is resolved deep
+    inside commands whose ``--no-progress`` cannot reach here, and a log should not fill with bars."""
     from elfreg.toy.assets import build_toy_assets
 
     scheme, _, part = name.partition(":")
     folders = {"encoder": "encoder_dir", "teacher": "teacher_dir", "tokenizer": "tokenizer_dir"}
     if part not in folders:
         raise ValueError(f"unknown toy model id {name!r}; use {scheme}:encoder, {scheme}:teacher or {scheme}:tokenizer")
-    assets = build_toy_assets(quick=scheme == "toy-quick", progress=sys.stderr.isatty())
+    assets = build_toy_assets(quick=scheme == "toy-quick", progress=sys.stderr.isatty(),
+                              say=lambda line: print(line, file=sys.stderr, flush=True))
     return str(getattr(assets, folders[part]))
 
 
