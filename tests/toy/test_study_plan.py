@@ -142,3 +142,15 @@ def test_rows_match_sample_settings_across_added_fields():
     older = {k: v for k, v in recorded.items() if k != "rho"}
     assert sample_settings_match(older, now) and not sample_settings_match(older, now.replace(rho=16))
     assert not sample_settings_match({**recorded, "gone": 1}, now)  # a setting that no longer exists
+
+
+def test_init_from_takes_each_cells_training_seed(tmp_path):
+    defs = {"next": {"loss.repa": True, "loss.extra_token": "reg", "train.init_from": "first/elf-reg/t{train_seed}"}}
+    study = load_plan(write_plan(tmp_path, models=["elf", "next"], model_defs=defs))
+    inits = {c.id: study.run_config(c, tmp_path / c.id).train.init_from for c in study.train_cells()}
+    assert inits == {"elf/t0": None, "next/t0": "first/elf-reg/t0", "elf/t1": None, "next/t1": "first/elf-reg/t1"}
+    # the plan records the field, not one seed's path: every cell of the model is made the same way
+    assert study.to_dict()["models"]["next"]["config"]["train"]["init_from"] == "first/elf-reg/t{train_seed}"
+    defs["next"]["train.init_from"] = "first/{model}/t{train_seed}"
+    with pytest.raises(ConfigError, match=r"models.next.train.init_from: the only field it may hold is \{train_seed\}"):
+        load_plan(write_plan(tmp_path, models=["elf", "next"], model_defs=defs))

@@ -54,6 +54,9 @@ SAMPLER_PRESETS: dict[str, dict] = {
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]*")
 # Set by the runner for each cell, or by the plan's base for every model: never by one model.
 RUNNER_KEYS = ("train.seed", "train.out_dir", "train.progress")
+SEED_FIELD = "{train_seed}"
+"""In ``train.init_from``, replaced by each training cell's seed: a model that continues another
+study's runs starts each of its runs from the run of the same seed (a curriculum)."""
 
 
 @dataclass
@@ -164,6 +167,8 @@ class Study:
         """The run config that trains ``cell`` into ``run_dir``."""
         data = self.models[cell.model].to_dict()
         data["train"].update(seed=cell.train_seed, out_dir=str(run_dir), progress=progress)
+        if data["train"]["init_from"]:
+            data["train"]["init_from"] = data["train"]["init_from"].replace(SEED_FIELD, str(cell.train_seed))
         return Config.from_dict(data)
 
     def sample_config(self, cell: EvalCell) -> SampleConfig:
@@ -274,6 +279,10 @@ def resolve(plan: PlanFile, base_dir: Path) -> Study:
             models[name] = Config.from_dict(merge(base.to_dict(), changes))
         except ConfigError as err:
             raise _prefixed(f"models.{name}", err) from None
+        init = models[name].train.init_from or ""
+        if "{" in init.replace(SEED_FIELD, ""):
+            raise ConfigError(f"config error: models.{name}.train.init_from: the only field it may hold is "
+                              f"{SEED_FIELD}, got {init!r}")
     sampler_changes = _lookup("samplers", plan.samplers, plan.sampler_defs, SAMPLER_PRESETS)
     for name, changes in sampler_changes.items():
         if "nfe" in changes:
