@@ -112,3 +112,15 @@ def served_checkpoint(tiny_assets, tmp_path_factory):
                       sample={"nfe": 8})
     train(cfg)
     return cfg.train.out_dir
+
+
+@pytest.fixture(scope="module")
+def running(served_checkpoint):
+    """The serving tests' server: ``served_checkpoint`` on a loopback port, one per test module."""
+    pytest.importorskip("uvicorn", reason="elfreg serve needs the serve extra")
+    pytest.importorskip("openai", reason="the serving tests speak through the openai client (dev extra)")
+    from serve_http import Running
+
+    r = Running(served_checkpoint, max_batch=8, max_queue=32)
+    yield r
+    r.stop()
