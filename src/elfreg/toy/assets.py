@@ -31,6 +31,7 @@ import torch
 
 from elfreg.device import resolve_precision
 from elfreg.paths import cache_dir as default_cache_dir
+from elfreg.progress import library_bars, silence_library_bars
 from elfreg.text.tokenizer import load_tokenizer
 from elfreg.toy.corpus import ToyTaskConfig, lm_text, train_examples
 from elfreg.toy.lm import ToyLMConfig, lm_loss, pretrain_lm
@@ -200,7 +201,7 @@ def _build_into(root: Path, settings: dict, task_config: ToyTaskConfig, encoder:
         context = multiprocessing.get_context("spawn")
         freed = context.Event()
         with ProcessPoolExecutor(max_workers=2, mp_context=context, initializer=_start_child,
-                                 initargs=(freed, num_threads or 1)) as pool:
+                                 initargs=(freed, num_threads or 1, progress)) as pool:
             futures = [pool.submit(_build_lm, *job, None) for job in jobs]
             try:
                 for done in as_completed(futures):
@@ -221,10 +222,12 @@ _freed_cpu = None
 """In a child process of a side-by-side build: set once the other LM has finished."""
 
 
-def _start_child(freed_cpu, num_threads: int) -> None:
+def _start_child(freed_cpu, num_threads: int, progress: bool) -> None:
     global _freed_cpu
     _freed_cpu = freed_cpu
     torch.set_num_threads(num_threads)
+    if not progress:  # a spawned child starts with the libraries' bars on
+        silence_library_bars()
 
 
 def _build_lm(root: Path, name: str, cfg: ToyLMConfig, task_config: ToyTaskConfig, examples: list[dict],
@@ -240,7 +243,8 @@ def _build_lm(root: Path, name: str, cfg: ToyLMConfig, task_config: ToyTaskConfi
             return base * 2 if _freed_cpu.is_set() else base
     model, stats = pretrain_lm(cfg, tokenizer, examples, progress=progress, desc=f"toy {name}",
                                num_threads=num_threads, position=position, threads_now=threads_now)
-    model.save_pretrained(root / name)
+    with library_bars(progress):
+        model.save_pretrained(root / name)
     save_tokenizer(tokenizer, root / name)
     texts = [lm_text(e) for e in examples[:64]]
     return {**stats.__dict__, "train_loss_eval": round(lm_loss(model, tokenizer, texts), 4),
