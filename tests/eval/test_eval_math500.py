@@ -85,3 +85,22 @@ def test_prompt_asks_for_boxed_answer() -> None:
     p = _problems()[0]
     prompt = task.prompt(p)
     assert "\\boxed{}" in prompt and p["problem"] in prompt
+
+
+def test_the_reference_is_parsed_without_a_wall_clock_limit(monkeypatch) -> None:
+    """math-verify's limits are wall-clock (signal.alarm): on a busy CPU the benchmark's own answer
+    could time out and read as unparsable, so only the model's output is parsed under one."""
+    import math_verify
+
+    calls = []
+    real = math_verify.parse
+
+    def recording(text, *args, **kwargs):
+        calls.append((text, kwargs.get("parsing_timeout", "default")))
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(math_verify, "parse", recording)
+    task = get_task("math500", source="local")
+    problem = _problems()[0]
+    assert task.check(problem, f"so \\boxed{{{problem['answer']}}}").passed
+    assert calls == [(f"${problem['answer']}$", None), (f"${problem['answer']}$", "default")]
