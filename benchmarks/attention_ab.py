@@ -46,6 +46,9 @@ def main() -> None:
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     p.add_argument("--group-mib", type=float, nargs="*", default=[], help="more group sizes of the matmul path")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--probe-n", type=int, default=2048,
+                   help="size n of the n×n×n GEMM probe timed beside the calls (the smoke test's is small: a 2048 "
+                        "bf16 GEMM takes minutes where bf16 is emulated)")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     args = p.parse_args()
     shape = run.SHAPES[args.shape]
@@ -73,7 +76,7 @@ def main() -> None:
             fn = lambda f=call, b=scores_bytes: f(b)  # noqa: E731
             error = float((fn().float() - exact).norm() / exact.norm())
             cases[f"b{batch} {path}"], plans[f"b{batch} {path}"] = fn, (batch, path, flops, error)
-    seconds, gflops = timed_beside_probe(cases, args.precision, args.repeats, device)
+    seconds, gflops = timed_beside_probe(cases, args.precision, args.repeats, device, args.probe_n)
     rows = []
     for key, (batch, path, flops, error) in plans.items():
         s, base = seconds[key], seconds[f"b{batch} sdpa"]
@@ -89,7 +92,7 @@ def main() -> None:
     print(f"probe {gflops:.0f} GFLOP/s")
     if args.out:
         write_report(args.out, {"shape": args.shape, "precision": args.precision, "batches": args.batches,
-                                "group_mib": args.group_mib, "repeats": args.repeats}, rows,
+                                "group_mib": args.group_mib, "repeats": args.repeats, "probe_n": args.probe_n}, rows,
                      command=" ".join(["benchmarks/attention_ab.py", *sys.argv[1:]]),
                      host_memory_kept=kept, probe_gflops=gflops)
 

@@ -37,6 +37,9 @@ def main() -> None:
     p.add_argument("--batches", type=int, nargs="+", default=[8, 16, 32])
     p.add_argument("--chunks", type=int, nargs="*", default=[], help="chunk sizes to time besides the rule's")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--probe-n", type=int, default=2048,
+                   help="size n of the n×n×n GEMM probe timed beside the calls (the smoke test's is small: a 2048 "
+                        "bf16 GEMM takes minutes where bf16 is emulated)")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     args = p.parse_args()
     shape = run.SHAPES[args.shape]
@@ -62,7 +65,7 @@ def main() -> None:
             key = f"b{batch} {name}"
             cases[key], plans[key] = (lambda c=chunks, f=call: f(c)), (batch, name, chunks)
         flops[batch] = count(lambda f=call: f(None))["total"]
-    seconds, gflops = timed_beside_probe(cases, args.precision, args.repeats, device)
+    seconds, gflops = timed_beside_probe(cases, args.precision, args.repeats, device, args.probe_n)
     rows = []
     for key, (batch, name, chunks) in plans.items():
         s, base = seconds[key], seconds[f"b{batch} whole"]

@@ -1,7 +1,7 @@
 """Agreement of elfreg's HumanEval+/MBPP+ verdicts with EvalPlus's own evaluator, offline.
 
     pip install evalplus==0.3.1
-    python benchmarks/evalplus_agreement.py --data-dir ../shared/data [--limit N] [--mutants 150]
+    python benchmarks/evalplus_agreement.py [--data-dir DATA] [--limit N] [--mutants 150]
                                             [--workers 2] [--out agreement.json]
 
 For each dataset (HumanEval+ v0.1.10, MBPP+ v0.2.0; the first ``--limit`` problems) the same
@@ -33,6 +33,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from elfreg.paths import data_dir
 
 FILES = {"humaneval": "HumanEvalPlus-v0.1.10.jsonl", "mbpp": "MbppPlus-v0.2.0.jsonl"}
 SWAPS: dict[type, type] = {
@@ -181,7 +183,8 @@ def compare(dataset: str, progs: list[dict[str, Any]], ours: list[Any], theirs: 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data-dir", default=os.environ.get("ELFREG_DATA_DIR", "../shared/data"))
+    ap.add_argument("--data-dir", default=str(data_dir()), help="the benchmark copies (default: elfreg's data "
+                    "directory, $ELFREG_DATA_DIR or data/ in the user cache)")
     ap.add_argument("--datasets", default="humaneval,mbpp")
     ap.add_argument("--limit", type=int, default=0, help="first N problems of each dataset (0: all)")
     ap.add_argument("--mutants", type=int, default=150, help="mutated programs per dataset")

@@ -1,5 +1,7 @@
 """Shared fixtures: a character-level tokenizer and tiny random Qwen3 encoder/teacher saved to
-disk, loaded through the same ``from_pretrained`` path as hub models. Nothing is downloaded."""
+disk, loaded through the same ``from_pretrained`` path as hub models. Nothing is downloaded: the
+Hub is offline and only loopback addresses can be reached (network_guard), and benchmark rows
+come from the slices in ``fixtures/`` (fixtures/README.md)."""
 
 from __future__ import annotations
 
@@ -8,18 +10,29 @@ import os
 import string
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 from elfreg.compiling import use_capability_cache
 from elfreg.config import Config
+from elfreg.paths import data_dir
+from network_guard import OFFLINE_ENV, refuse_the_network
 
-# The project's checksummed benchmark copies lie beside the checkout (and beside CI's clone); a
-# variable set by the caller wins. Tests that need a file skip, naming it, where it is absent.
-os.environ.setdefault("ELFREG_DATA_DIR", str(Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
+
+# Before anything imports the Hub libraries (they read it once): the tokenizers and transformers
+# imports of this module are inside its functions for that reason.
+os.environ.update(OFFLINE_ENV)
+refuse_the_network()
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# The whole benchmarks, where the caller has them (its $ELFREG_DATA_DIR, else the user cache's
+# data/), for the tests marked full_data; every other test reads the slices.
+FULL_DATA = data_dir()
+os.environ["ELFREG_DATA_DIR"] = str(FIXTURES)
 # One Inductor kernel cache per CPU capability (elfreg.compiling), a temporary one of the suite's own,
 # unless the caller chose a folder.
 use_capability_cache(Path(tempfile.gettempdir()) / f"elfreg-tests-inductor-{getpass.getuser()}")
@@ -29,6 +42,9 @@ SPECIALS = ["<eos>"]
 
 
 def make_char_tokenizer(folder: Path) -> PreTrainedTokenizerFast:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
     vocab = {tok: i for i, tok in enumerate(SPECIALS + CHARS)}
     core = Tokenizer(models.WordLevel(vocab, unk_token="<eos>"))
     core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
@@ -39,6 +55,8 @@ def make_char_tokenizer(folder: Path) -> PreTrainedTokenizerFast:
 
 
 def make_tiny_lm(folder: Path, vocab: int, width: int, layers: int, seed: int) -> None:
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
     torch.manual_seed(seed)
     cfg = Qwen3Config(vocab_size=vocab, hidden_size=width, intermediate_size=2 * width,
                       num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
@@ -72,6 +90,22 @@ def tiny_config(assets: dict[str, Path], tmp: Path, **sections) -> Config:
 @pytest.fixture
 def tiny_cfg(tiny_assets, tmp_path):
     return lambda **sections: tiny_config(tiny_assets, tmp_path, **sections)
+
+
+@pytest.fixture(autouse=True)
+def _full_data(request, monkeypatch):
+    """``@pytest.mark.full_data("gsm8k/train.jsonl", ...)``: the test reads the whole benchmarks
+    (the data directory is :data:`FULL_DATA` for it) and skips, naming the first file missing,
+    where the caller has no full copy."""
+    marker = request.node.get_closest_marker("full_data")
+    if marker is None:
+        return
+    missing = [name for name in marker.args if not (FULL_DATA / name).is_file()]
+    if missing or FULL_DATA.resolve() == FIXTURES:
+        where = FULL_DATA / (missing[0] if missing else marker.args[0])
+        pytest.skip(f"needs the whole benchmark, not the slice of tests/fixtures: {where} not found "
+                    "(set ELFREG_DATA_DIR to the full copies)")
+    monkeypatch.setenv("ELFREG_DATA_DIR", str(FULL_DATA))
 
 
 @pytest.fixture(autouse=True, scope="session")

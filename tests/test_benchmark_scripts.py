@@ -28,7 +28,8 @@ def _run(script: str, *args: str, timeout: int = 300, env: dict[str, str] | None
 
 def test_attention_ab_compares_both_paths_on_the_same_calls(tmp_path):
     out = tmp_path / "ab.json"
-    _run("attention_ab.py", "--shape", "tiny", "--batches", "1", "2", "--repeats", "1", "--out", str(out))
+    _run("attention_ab.py", "--shape", "tiny", "--batches", "1", "2", "--repeats", "1", "--probe-n", "128",
+         "--out", str(out))
     report = json.loads(out.read_text())
     assert report["settings"]["shape"] == "tiny"
     rows = {(r["batch"], r["attention"]): r for r in report["rows"]}
@@ -44,7 +45,7 @@ def test_attention_ab_compares_both_paths_on_the_same_calls(tmp_path):
 def test_cache_chunks_ab_times_only_chunks_equal_to_the_whole_batch(tmp_path):
     out = tmp_path / "ab.json"
     _run("cache_chunks_ab.py", "--shape", "tiny", "--precision", "fp32", "--batches", "4", "--chunks", "2", "3",
-         "--repeats", "1", "--out", str(out))
+         "--repeats", "1", "--probe-n", "128", "--out", str(out))
     report = json.loads(out.read_text())
     rows = {r["case"]: r for r in report["rows"]}
     # the script refuses (exit 1) any chunking whose values differ from the whole batch's
@@ -83,8 +84,8 @@ def test_newton_schulz_ab_times_both_iterations_on_the_students_shapes(tmp_path)
     report = json.loads(out.read_text())
     rows = {r["case"]: r for r in report["rows"]}
     assert set(rows) == {"fused (baddbmm)", "written out"} and rows["written out"]["speedup"] == 1.0
-    # the same iterations: equal up to float rounding, not bit for bit
-    assert 0 < report["max_abs_difference"] <= 1e-5 and report["settings"]["width"] == 32
+    # the same iterations, equal up to float rounding (which some CPUs' kernels make none at all)
+    assert report["max_abs_difference"] <= 1e-5 and report["settings"]["width"] == 32
 
 
 @pytest.mark.slow

@@ -3,10 +3,23 @@ and one Inductor kernel cache per CPU capability."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
-from elfreg.compiling import CACHE_ENV, CompileUnavailable, compile_problem, require_compile, use_capability_cache
+from elfreg.compiling import (
+    CACHE_ENV,
+    KEYED_BASE_ENV,
+    CompileUnavailable,
+    compile_problem,
+    require_compile,
+    use_capability_cache,
+)
+
+CAPABILITY = torch.backends.cpu.get_cpu_capability().lower()
 
 
 @pytest.fixture
@@ -19,13 +32,36 @@ def fresh_probe():
 def test_the_kernel_cache_gets_the_capability_unless_the_caller_chose_a_folder(monkeypatch, tmp_path):
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
-    capability = torch.backends.cpu.get_cpu_capability().lower()
     monkeypatch.delenv(CACHE_ENV, raising=False)
-    assert use_capability_cache(tmp_path / "k") == tmp_path / f"k-{capability}"
+    monkeypatch.delenv(KEYED_BASE_ENV, raising=False)
+    assert use_capability_cache(tmp_path / "k") == tmp_path / f"k-{CAPABILITY}"
+    assert use_capability_cache(tmp_path / "other") == tmp_path / f"k-{CAPABILITY}"  # keyed already: kept
     monkeypatch.setenv(CACHE_ENV, default_cache_dir())  # what importing torch may fill in
-    assert str(use_capability_cache()) == f"{default_cache_dir()}-{capability}"
+    assert str(use_capability_cache()) == f"{default_cache_dir()}-{CAPABILITY}"
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "mine"))
     assert use_capability_cache(tmp_path / "k") == tmp_path / "mine"
+
+
+def _childs_cache(capability: str) -> str:
+    """The kernel folder a child process held to ``capability`` chooses, with this one's environment."""
+    code = "from elfreg.compiling import use_capability_cache; print(use_capability_cache())"
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": capability}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_a_child_held_to_another_capability_does_not_read_this_ones_kernels(monkeypatch, tmp_path):
+    """A child inherits the keyed folder in its environment; held to another capability (as the
+    demo's AVX2 timings are) it must key its own, not reuse this process's kernels."""
+    if CAPABILITY == "default":
+        pytest.skip("this CPU has no vector capability to hold a child below")
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    monkeypatch.delenv(KEYED_BASE_ENV, raising=False)
+    assert use_capability_cache(tmp_path / "k") == tmp_path / f"k-{CAPABILITY}"
+    assert _childs_cache("default") == str(tmp_path / "k-default")
+    assert _childs_cache(CAPABILITY) == str(tmp_path / f"k-{CAPABILITY}")
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "mine"))  # a folder the caller chose stays theirs
+    assert _childs_cache("default") == str(tmp_path / "mine")
 
 
 def test_a_compile_that_fails_is_named_in_one_line(monkeypatch, fresh_probe):

@@ -14,7 +14,7 @@ def test_data_dir_order_is_flag_then_variable_then_user_cache(monkeypatch, tmp_p
     assert data_dir() == tmp_path / "env-data"
     monkeypatch.delenv("ELFREG_DATA_DIR")
     assert cache_dir() == tmp_path / "cache" and data_dir() == tmp_path / "cache" / "data"
-    # the working directory does not matter, even one with ../shared/data beside it
+    # the working directory does not matter, even one with a shared/data folder beside it
     (tmp_path / "shared" / "data").mkdir(parents=True)
     (tmp_path / "work").mkdir()
     monkeypatch.chdir(tmp_path / "work")

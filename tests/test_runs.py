@@ -5,10 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import textwrap
-import time
 
 import pytest
 
@@ -23,27 +19,15 @@ from elfreg.runs import (
     value_at,
     write_json_atomic,
 )
-
-HOLD = textwrap.dedent("""
-    import sys, time
-    from elfreg.runs import locked
-    with locked(sys.argv[1]):
-        print("held", flush=True)
-        time.sleep(60)
-""")
+from lock_holder import held_lock
 
 
 def test_a_second_process_is_refused_and_a_killed_holder_releases_the_lock(tmp_path):
     folder = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with held_lock(folder) as holder:  # killed with SIGKILL at the end: the kernel drops the lock
         with pytest.raises(FolderInUse, match=rf"in use by another elfreg process \(pid {holder.pid}\)"):
             with locked(folder):
                 pass
-    finally:
-        holder.kill()  # kill -9: the kernel drops the lock
-        holder.wait()
     with locked(folder):
         assert (folder / ".lock").read_text().strip() == str(os.getpid())
     with locked(folder):  # released at the end of the block, so it can be taken again
@@ -51,13 +35,12 @@ def test_a_second_process_is_refused_and_a_killed_holder_releases_the_lock(tmp_p
 
 
 def test_first_signal_sets_a_flag_and_the_second_interrupts():
+    # raise_signal runs this thread's Python handler before it returns: nothing to wait for
     with GracefulInterrupt() as stop:
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(0.05)
+        signal.raise_signal(signal.SIGTERM)
         assert stop.requested and stop.signal_name == "SIGTERM"
         with pytest.raises(KeyboardInterrupt):
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.05)
+            signal.raise_signal(signal.SIGINT)
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handlers restored
 
 

@@ -89,6 +89,10 @@ def _one_line_warnings(message, category, filename, lineno, line=None) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     debug = args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    if getattr(args, "no_progress", False):
+        from .progress import silence_library_bars
+
+        silence_library_bars()  # the libraries' bars too, in child processes as well
     if not debug:
         warnings.formatwarning = _one_line_warnings
         from transformers.utils import logging as hf_logging

@@ -9,7 +9,8 @@ What the training room (``train.compile``) and the sampler (``compile=True``) sh
 - Inductor's on-disk kernel cache does not record which CPU capability its kernels were built
   for: a process whose kernels were held to AVX2 (``ATEN_CPU_CAPABILITY=avx2``) after one with
   AVX-512 reused the AVX-512 kernels, and the compiled network returned values near 1e35.
-  :func:`use_capability_cache` keeps one cache per capability.
+  :func:`use_capability_cache` keeps one cache per capability, also for child processes that
+  inherit the folder of a parent with another capability.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from pathlib import Path
 import torch
 
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+KEYED_BASE_ENV = "ELFREG_INDUCTOR_CACHE_BASE"
+"""Set beside ``$TORCHINDUCTOR_CACHE_DIR`` when elfreg keyed the folder: ``<this>-<capability>``
+is then elfreg's own, and a process of another capability (a child that inherited both) re-keys it."""
 
 
 class CompileUnavailable(RuntimeError):
@@ -30,14 +34,23 @@ class CompileUnavailable(RuntimeError):
 def use_capability_cache(base: str | os.PathLike | None = None) -> Path:
     """Point Inductor's kernel cache at a folder of this CPU capability's own,
     ``<base>-<capability>`` (``base``: Inductor's default folder), unless ``$TORCHINDUCTOR_CACHE_DIR``
-    already names a folder other than that default (importing torch may fill the default in);
-    returns the folder now in use. Call it before the first compile of the process."""
+    already names a folder the caller chose (other than Inductor's default, which importing torch
+    may fill in); a folder keyed by an earlier call, here or in a parent process
+    (:data:`KEYED_BASE_ENV`), gets this process's capability. Returns the folder now in use.
+    Call it before the first compile of the process."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     default = os.path.abspath(default_cache_dir())
-    if os.environ.get(CACHE_ENV) in (None, default):
-        capability = torch.backends.cpu.get_cpu_capability().lower()
-        os.environ[CACHE_ENV] = f"{os.path.abspath(base) if base is not None else default}-{capability}"
+    current, keyed = os.environ.get(CACHE_ENV), os.environ.get(KEYED_BASE_ENV)
+    if keyed and current is not None and current.startswith(f"{keyed}-"):
+        root = keyed
+    elif current in (None, default):
+        root = os.path.abspath(base) if base is not None else default
+    else:
+        return Path(current)
+    capability = torch.backends.cpu.get_cpu_capability().lower()
+    os.environ[KEYED_BASE_ENV] = root
+    os.environ[CACHE_ENV] = f"{root}-{capability}"
     return Path(os.environ[CACHE_ENV])
 
 

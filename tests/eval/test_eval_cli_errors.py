@@ -4,34 +4,22 @@ key, with a non-zero exit status and no traceback (through the ``elfreg`` entry 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 from eval_fakes import fake_checkpoint, gsm8k_file
 
 from elfreg.cli import main
-
-HOLD = "import sys, time\nfrom elfreg.runs import locked\nwith locked(sys.argv[1]):\n" \
-       "    print('held', flush=True)\n    time.sleep(60)\n"
+from lock_holder import held_lock
 
 
 @pytest.fixture
-def held_folder(tmp_path: Path) -> Iterator[Callable[[Path], int]]:
+def held_folder() -> Iterator[Callable[[Path], int]]:
     """``hold(folder) -> pid`` locks ``folder`` from another process for the test."""
-    holders: list[subprocess.Popen] = []
-
-    def hold(folder: Path) -> int:
-        proc = subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE, text=True)
-        holders.append(proc)
-        assert proc.stdout.readline().strip() == "held"
-        return proc.pid
-    yield hold
-    for proc in holders:
-        proc.kill()
-        proc.wait()
+    with ExitStack() as holders:
+        yield lambda folder: holders.enter_context(held_lock(folder)).pid
 
 
 def _cases(tmp: Path, hold: Callable[[Path], int]) -> dict[str, tuple[list[str], str]]:

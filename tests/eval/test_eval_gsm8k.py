@@ -1,4 +1,5 @@
-"""GSM8K answer extraction, numeric comparison and the task on the real test set."""
+"""GSM8K answer extraction, numeric comparison, and the task on the test set's first rows (the
+slice of tests/fixtures) and, where it is at hand, on the whole test set."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import pytest
 
 from elfreg.eval import extract_gsm8k_answer, get_task, numbers_equal, parse_number
 from elfreg.eval.tasks.gsm8k import gsm8k_gold_answer
-from elfreg.paths import data_dir
 
 # (output, extracted answer): the documented rules, one row per tricky format.
 TRICKY = [
@@ -49,26 +49,30 @@ def test_numbers_equal() -> None:
     assert parse_number("$1,234.50.") == parse_number("1234.5")
 
 
-def _test_set() -> list[dict]:
-    path = data_dir() / "gsm8k" / "test.jsonl"
-    if not path.is_file():
-        pytest.skip(f"GSM8K test set not found at {path} (set ELFREG_DATA_DIR)")
-    return get_task("gsm8k", source="local").problems()
+def _disagreements(problems: list[dict]) -> list[str]:
+    """Problems whose gold rationale does not extract to its gold answer, numerically or as the
+    same string (commas removed, negatives kept)."""
+    return [p["task_id"] for p in problems
+            if not numbers_equal(extract_gsm8k_answer(p["solution"]), p["answer"])
+            or extract_gsm8k_answer(p["solution"]) != p["answer"]]
 
 
+def test_the_gold_rationales_of_the_first_rows_extract_to_their_gold_answers() -> None:
+    problems = get_task("gsm8k", source="local").problems()
+    assert [p["task_id"] for p in problems] == [f"gsm8k/{i}" for i in range(40)]
+    assert _disagreements(problems) == []
+
+
+@pytest.mark.full_data("gsm8k/test.jsonl")
 def test_all_gold_rationales_extract_to_gold_answers() -> None:
-    problems = _test_set()
-    assert len(problems) == 1319
-    wrong = [p["task_id"] for p in problems if not numbers_equal(extract_gsm8k_answer(p["solution"]), p["answer"])]
-    assert wrong == []
-    # exact string agreement too (commas removed, negatives kept)
-    assert all(extract_gsm8k_answer(p["solution"]) == p["answer"] for p in problems)
+    problems = get_task("gsm8k", source="local").problems()
+    assert len(problems) == 1319 and _disagreements(problems) == []
     assert sum(p["answer"].startswith("-") for p in problems) == 2
 
 
 def test_task_check_and_prompt() -> None:
     task = get_task("gsm8k", source="local")
-    problem = _test_set()[0]
+    problem = task.problems()[0]
     assert problem["task_id"] == "gsm8k/0"
     assert problem["question"] in task.prompt(problem)
     good = task.check(problem, "Some reasoning.\n#### 18")

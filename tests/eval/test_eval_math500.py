@@ -1,4 +1,5 @@
-"""MATH-500: answer extraction and math-verify checking on the real test set."""
+"""MATH-500: answer extraction and math-verify checking on the first problems (the slice of
+tests/fixtures) and, where it is at hand, on the whole set."""
 
 from __future__ import annotations
 
@@ -6,19 +7,14 @@ import pytest
 
 from elfreg.eval import extract_math_answer, get_task, math_equal
 from elfreg.eval.tasks.math500 import last_boxed
-from elfreg.paths import data_dir
 
 
 def _problems() -> list[dict]:
-    path = data_dir() / "math500" / "test.jsonl"
-    if not path.is_file():
-        pytest.skip(f"MATH-500 not found at {path} (set ELFREG_DATA_DIR)")
     return get_task("math500", source="local").problems()
 
 
-def test_every_gold_answer_verifies_against_its_own_boxed_solution() -> None:
-    problems = _problems()
-    assert len(problems) == 500
+def _gold_failures(problems: list[dict]) -> tuple[list, list]:
+    """(gold answers math-verify cannot parse, gold answers that fail their own boxed solution)."""
     task = get_task("math500", source="local")
     unparsable = []
     failures = []
@@ -30,9 +26,21 @@ def test_every_gold_answer_verifies_against_its_own_boxed_solution() -> None:
             unparsable.append((p["task_id"], verdict.reason))
         elif not verdict.passed:
             failures.append((p["task_id"], p["answer"], boxed, verdict.reason))
+    return unparsable, failures
+
+
+def test_the_first_gold_answers_verify_against_their_own_boxed_solutions() -> None:
+    problems = _problems()
+    assert [p["task_id"] for p in problems] == [f"math500/{i}" for i in range(48)]
+    assert _gold_failures(problems) == ([], [])
+
+
+@pytest.mark.full_data("math500/test.jsonl")
+def test_every_gold_answer_verifies_against_its_own_boxed_solution() -> None:
+    problems = _problems()
+    assert len(problems) == 500
     # math-verify 0.9.0 parses every gold answer and every boxed answer of MATH-500
-    assert unparsable == []
-    assert failures == []
+    assert _gold_failures(problems) == ([], [])
 
 
 def test_wrong_answers_fail() -> None:
@@ -47,7 +55,7 @@ def test_wrong_answers_fail() -> None:
             verdict = task.check(p, f"so the result is \\boxed{{{b}}}")
             assert not verdict.passed, (p["task_id"], a, b)
             checked += 1
-    assert checked > 50
+    assert checked >= 10  # 13 such pairs in the slice: the check is not vacuous
 
 
 @pytest.mark.parametrize(
@@ -77,3 +85,22 @@ def test_prompt_asks_for_boxed_answer() -> None:
     p = _problems()[0]
     prompt = task.prompt(p)
     assert "\\boxed{}" in prompt and p["problem"] in prompt
+
+
+def test_the_reference_is_parsed_without_a_wall_clock_limit(monkeypatch) -> None:
+    """math-verify's limits are wall-clock (signal.alarm): on a busy CPU the benchmark's own answer
+    could time out and read as unparsable, so only the model's output is parsed under one."""
+    import math_verify
+
+    calls = []
+    real = math_verify.parse
+
+    def recording(text, *args, **kwargs):
+        calls.append((text, kwargs.get("parsing_timeout", "default")))
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(math_verify, "parse", recording)
+    task = get_task("math500", source="local")
+    problem = _problems()[0]
+    assert task.check(problem, f"so \\boxed{{{problem['answer']}}}").passed
+    assert calls == [(f"${problem['answer']}$", None), (f"${problem['answer']}$", "default")]

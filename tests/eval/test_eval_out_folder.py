@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -16,6 +13,7 @@ from eval_fakes import FakeGenerator, eval_main, fake_checkpoint, gsm8k_file
 
 from elfreg.eval import generation
 from elfreg.eval.reporting import EVAL_FOLDER
+from lock_holder import held_lock
 
 
 @pytest.fixture
@@ -153,29 +151,15 @@ def test_a_read_only_out_fails_before_anything_is_generated(run, tmp_path: Path,
         locked_dir.chmod(0o755)
 
 
-HOLD = textwrap.dedent("""
-    import sys, time
-    from elfreg.runs import locked
-    with locked(sys.argv[1], what="evaluation folder"):
-        print("held", flush=True)
-        time.sleep(60)
-""")
-
-
 def test_a_second_evaluation_into_a_held_folder_is_refused(run, tmp_path: Path,
                                                            capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "out"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with held_lock(out, what="evaluation folder") as holder:
         rc, gen = run(out)
         err = capsys.readouterr().err.splitlines()
         assert rc == 2 and gen.calls == [] and len(err) == 1
         assert f"evaluation folder {out} is in use by another elfreg process (pid {holder.pid})" in err[0]
         assert not (out / "predictions.jsonl").exists() and not (out / "eval_config.json").exists()
-    finally:
-        holder.kill()
-        holder.wait()
     assert run(out)[0] == 0  # the kernel dropped the dead holder's lock
     assert not [p for p in out.iterdir() if p.name.startswith(".elfreg-probe")]
 

@@ -126,12 +126,13 @@ def test_a_corrupt_line_in_the_middle_is_an_error_naming_it(run, half_done: Path
     assert len(err) == 1 and f"{half_done / 'predictions.jsonl'}:3: not valid JSON" in err[0] and gen.calls == []
 
 
+# generates two chunks (12 pairs saved), then blocks in its third call until it is killed
 KILLED = textwrap.dedent("""
-    import sys, time
-    from eval_fakes import eval_main, FakeGenerator
+    import sys
+    from eval_fakes import FakeGenerator
     from elfreg.eval import generation
     from elfreg.cli import main
-    generation._generate = FakeGenerator(on_call=lambda n: time.sleep(0.3))
+    generation._generate = FakeGenerator(on_call=lambda n: n == 2 and sys.stdin.read())
     sys.exit(main(["eval", *sys.argv[1:]]))
 """)
 
@@ -141,19 +142,15 @@ def test_kill_9_mid_run_then_the_same_command_resumes(run, reference: Path, tmp_
     argv = ["--task", "gsm8k", "--source", str(tmp_path / "gsm8k.jsonl"), "--checkpoint", str(tmp_path / "ckpt"),
             "--samples", "3", "--batch-size", "2", "--out", str(out), "--no-progress"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, "-c", KILLED, *argv], env=env)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            path = out / "predictions.jsonl"
-            if path.exists() and len(path.read_bytes().splitlines()) >= 6:
-                break
+    proc = subprocess.Popen([sys.executable, "-c", KILLED, *argv], env=env, stdin=subprocess.PIPE)
+    path = out / "predictions.jsonl"
+    try:  # wait for the two chunks (or the child's end, which the asserts below then report)
+        while proc.poll() is None and not (path.exists() and len(path.read_bytes().splitlines()) >= 12):
             time.sleep(0.02)
     finally:
         proc.kill()
         proc.wait()
-    saved = len((out / "predictions.jsonl").read_bytes().splitlines())
-    assert 6 <= saved < PAIRS, "the run should have been killed mid-way"
+    assert len(path.read_bytes().splitlines()) == 12 < PAIRS, "the run should have been killed mid-way"
     assert run(out, FakeGenerator()) == 0
     _assert_same_results(out, reference)
 

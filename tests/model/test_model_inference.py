@@ -1,5 +1,5 @@
-"""The bf16 inference copy computes exactly what bf16 autocast computes on the student, and
-follows the student's weights."""
+"""The bf16 inference copy computes what bf16 autocast computes on the student (up to the order
+a CPU's bf16 kernels sum in), and follows the student's weights."""
 
 import torch
 
@@ -27,28 +27,41 @@ def _inputs(b: int = 3, length: int = 12):
 
 
 def _autocast_reference(student: Student, z, q, t, w, mask, reg):
-    """What the network computed before the copy existed: the fp32 student under autocast."""
+    """What the network computed before the copy existed: the fp32 student under autocast, and the
+    smallest margin between the two largest logits of its decode."""
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         den = student(z, q, t, w, mask, reg=reg, reg_self_cond=reg)
         ones = torch.ones(z.shape[0], dtype=torch.bool)
         hidden = student(z, torch.zeros_like(z), torch.ones_like(t), w, mask, decode=ones, reg=reg).hidden
         ids = torch.full(mask.shape, -1, dtype=torch.long)
-        ids[~mask] = student.decode_logits(hidden[~mask]).argmax(-1)
-    return den.x_hat.float(), den.reg_hat.float(), hidden, ids
+        logits = student.decode_logits(hidden[~mask]).float()
+        ids[~mask] = logits.argmax(-1)
+    top2 = logits.topk(2, dim=-1).values
+    return den.x_hat.float(), den.reg_hat.float(), hidden, ids, float((top2[:, 0] - top2[:, 1]).min())
 
 
-def test_the_bf16_copy_equals_autocast_bit_for_bit():
+def _mean_gap(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).abs().mean())
+
+
+def test_the_bf16_copy_computes_what_autocast_computes():
     student = _student()
     z, q, t, w, mask, reg = _inputs()
-    x_ref, r_ref, h_ref, ids_ref = _autocast_reference(student, z, q, t, w, mask, reg)
-    net = StudentNetwork(student, bf16=True)
+    x_ref, r_ref, h_ref, ids_ref, margin = _autocast_reference(student, z, q, t, w, mask, reg)
+    net, fp32 = StudentNetwork(student, bf16=True), StudentNetwork(student, bf16=False)
     x_hat, r_hat = net.denoise(z, q, t, w, mask, reg, reg)
-    assert torch.equal(x_hat, x_ref) and torch.equal(r_hat, r_ref)
-    assert torch.equal(net.decode_hidden(z, mask, reg, w), h_ref)
-    assert torch.equal(net.decode(z, mask, reg, w), ids_ref)
-    # and the result really is bf16 arithmetic, not the fp32 student's
-    x32, _ = StudentNetwork(student, bf16=False).denoise(z, q, t, w, mask, reg, reg)
-    assert not torch.equal(x32, x_hat) and torch.allclose(x32, x_hat, atol=0.1, rtol=0.1)
+    x32, r32 = fp32.denoise(z, q, t, w, mask, reg, reg)
+    # The copy runs autocast's matmuls in autocast's dtypes (on an AVX2 CPU the two agree bit for
+    # bit); a CPU whose bf16 kernels sum a stored bf16 weight in another order than one cast per
+    # call may round some values the other way. Either way the copy sits far closer to autocast
+    # than the fp32 student does, whose gap is bf16's rounding itself (and is not zero: the
+    # result really is bf16 arithmetic).
+    pairs = ((x_hat, x_ref, x32), (r_hat, r_ref, r32),
+             (net.decode_hidden(z, mask, reg, w), h_ref, fp32.decode_hidden(z, mask, reg, w)))
+    for mine, ref, full in pairs:
+        assert 0 < _mean_gap(full, ref) < 0.01 and _mean_gap(mine, ref) <= 0.1 * _mean_gap(full, ref)
+    # no two logits of the reference are within rounding of each other, so the tokens agree exactly
+    assert margin > 0.01 and torch.equal(net.decode(z, mask, reg, w), ids_ref)
 
 
 def test_the_copy_holds_bf16_matmul_weights_and_leaves_the_student_alone():
@@ -72,21 +85,27 @@ def test_the_copy_follows_changes_to_the_student():
     cache = net._bf16_copy
     first = cache.get()
     assert cache.get() is first  # nothing changed: not rebuilt
-    before, _ = net.denoise(z, q, t, w, mask, reg, reg)
 
+    def followed(old: torch.Tensor) -> bool:
+        """The copy's prediction is the changed student's under autocast (up to the kernels'
+        summation order, see above), far from the one it made before the change."""
+        now, reference = net.denoise(z, q, t, w, mask, reg, reg)[0], _autocast_reference(student, z, q, t, w, mask,
+                                                                                           reg)[0]
+        return _mean_gap(now, reference) <= 0.1 * _mean_gap(old, reference)
+
+    before, _ = net.denoise(z, q, t, w, mask, reg, reg)
     opt = torch.optim.SGD(student.parameters(), lr=0.05)  # an optimiser step writes in place
     student(z, q, t, w, mask, reg=reg).x_hat.square().mean().backward()
     opt.step()
-    after, _ = net.denoise(z, q, t, w, mask, reg, reg)
-    assert cache.get() is not first and not torch.equal(after, before)
-    assert torch.equal(after, _autocast_reference(student, z, q, t, w, mask, reg)[0])
+    assert followed(before) and cache.get() is not first
 
+    stepped, _ = net.denoise(z, q, t, w, mask, reg, reg)
     state = {k: v.clone() for k, v in _student().state_dict().items()}
     student.load_state_dict(state)  # load_state_dict copies in place
-    assert torch.equal(net.denoise(z, q, t, w, mask, reg, reg)[0],
-                       _autocast_reference(student, z, q, t, w, mask, reg)[0])
+    assert followed(stepped)
     head = student.final_layer.linear
     head.weight = torch.nn.Parameter(torch.zeros_like(head.weight))  # a replaced tensor
+    # x̂ is now the head's fp32 bias alone, in both: equal whatever the kernels
     assert torch.equal(net.denoise(z, q, t, w, mask, reg, reg)[0],
                        _autocast_reference(student, z, q, t, w, mask, reg)[0])
 

@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3ForCausalLM
 
+from elfreg.progress import BARS_OFF_ENV
 from elfreg.toy import assets as toy_assets
 from elfreg.toy import corpus as TC
 from elfreg.toy import lm as toy_lm
@@ -64,30 +65,53 @@ def test_build_layout_and_reuse(built, monkeypatch) -> None:
     assert [p.name for p in (cache / "toy_assets").iterdir()] == [assets.root.name]
 
 
-def test_side_by_side_build_is_the_same_build(built, tmp_path, monkeypatch) -> None:
-    """The two LMs pretrained at once in two child processes on one thread each come out
-    bit for bit as one after the other here on torch's thread count, so the choice can stay
-    out of the cache key."""
+def _same_up_to_rounding(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    """Two trainings' weights equal up to what another summation order makes of them. At another
+    thread count, or in another process, a CPU's kernels may sum in another order (this AVX2
+    machine's do not: the weights come out bit for bit). Measured here on the encoder's training:
+    every weight perturbed by 1e-7 of itself after the first step moved no weight by more than
+    4e-6 of its tensor's largest value after 40 fp32 steps; perturbed by 1e-3 in bf16, where one
+    rounding flip alone is 0.4 % of a value, by 5 %."""
+    tol = 1e-4 if toy_assets.resolved_precision(TINY_ENCODER).precision == "fp32" else 0.1
+    return a.keys() == b.keys() and all(
+        float((a[k] - b[k]).abs().max()) <= tol * max(float(a[k].abs().max()), 1e-12) for k in a)
+
+
+def _same_curves(a: list[float], b: list[float]) -> bool:
+    # the loss curves (4 decimals) of those perturbed runs moved by at most 1e-3
+    return a == pytest.approx(b, abs=5e-3)
+
+
+def test_side_by_side_build_is_the_same_build(built, tmp_path, monkeypatch, capfd) -> None:
+    """The two LMs pretrained at once in two child processes on one thread each come out as one
+    after the other here on torch's thread count (up to rounding, see above), so the choice can
+    stay out of the cache key; without progress the children draw no bar, not even the libraries'."""
     _, here = built
 
     def not_here(*args, **kwargs):
         raise AssertionError("a side-by-side build must pretrain in its child processes")
 
     monkeypatch.setattr(toy_assets, "pretrain_lm", not_here)  # a spawned child imports its own
+    for name in BARS_OFF_ENV:  # as a process nobody silenced would start them
+        monkeypatch.delenv(name, raising=False)
+    capfd.readouterr()
     apart = toy_assets.build_toy_assets(tmp_path, **{**BUILD, "side_by_side": True})
+    assert "Writing model shards" not in capfd.readouterr().err
     assert apart.root.name == here.root.name
     assert apart.report["lms_side_by_side"] and not here.report["lms_side_by_side"]
     for name in ("encoder", "teacher"):
-        a = load_file(apart.root / name / "model.safetensors")
-        b = load_file(here.root / name / "model.safetensors")
-        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-        assert apart.report[name]["loss_curve"] == here.report[name]["loss_curve"]
-        assert apart.report[name]["digit_readout"] == here.report[name]["digit_readout"]
+        assert _same_up_to_rounding(load_file(apart.root / name / "model.safetensors"),
+                                    load_file(here.root / name / "model.safetensors"))
+        assert _same_curves(apart.report[name]["loss_curve"], here.report[name]["loss_curve"])
+        readouts = apart.report[name]["digit_readout"], here.report[name]["digit_readout"]
+        assert readouts[0].keys() == readouts[1].keys()
+        assert all(readouts[0][k] == pytest.approx(readouts[1][k], abs=0.05) for k in readouts[0])
 
 
 def test_threads_handed_on_midway_change_no_weight(built) -> None:
     """``threads_now`` (how a side-by-side build hands a finished LM's CPU to the other) moves the
-    thread count mid-run and leaves every weight as a run on one thread count makes it."""
+    thread count mid-run and leaves every weight as a run on one thread count makes it (up to
+    rounding, see above)."""
     _, assets = built
     tok = AutoTokenizer.from_pretrained(str(assets.tokenizer_dir))
     examples = TC.train_examples(TC.ToyTaskConfig(), 64, seed=0)
@@ -101,8 +125,7 @@ def test_threads_handed_on_midway_change_no_weight(built) -> None:
     steady, _ = toy_lm.pretrain_lm(cfg, tok, examples, progress=False, num_threads=1)
     moved, _ = toy_lm.pretrain_lm(cfg, tok, examples, progress=False, num_threads=1, threads_now=one_then_two)
     assert asked[:7] == [1] * 7 and asked[7:] == [2] * 5  # it was asked every step and obeyed
-    pairs = zip(steady.state_dict().values(), moved.state_dict().values(), strict=True)
-    assert all(torch.equal(a, b) for a, b in pairs)
+    assert _same_up_to_rounding(steady.state_dict(), moved.state_dict())
 
 
 def test_saved_lms_load_like_hub_models_and_learned(built) -> None:

@@ -153,8 +153,14 @@ def test_demo_quick_end_to_end(tmp_path, monkeypatch):
                  "--limit", "3", "--master", "16", "--nfes", "4,8", "--seeds", "0", "--acceleration", "5",
                  "--observe-every", "2", "--out", str(analysis), "--no-progress"]) == 0
     table = json.loads((analysis / "table11.json").read_text())
-    end = {e["nfe"]: e for e in table["per_nfe"]}[16]
-    assert table["pairs"] == 3 and end["exact_agreement"] == end["answer_agreement"] == 1.0
+    per_nfe = {e["nfe"]: e for e in table["per_nfe"]}
+    pairs = [json.loads(line) for line in (analysis / "rows.jsonl").read_text().splitlines()]
+    assert table["pairs"] == len(pairs) == 3 and sorted(per_nfe) == [4, 8, 16]
+    for n in (4, 8):  # the trained student's early readouts against its endpoint, pair by pair
+        cells = [p["nfe"][str(n)] for p in pairs]
+        assert per_nfe[n]["exact_agreement"] == pytest.approx(sum(c["exact"] for c in cells) / 3)
+        assert per_nfe[n]["answer_agreement"] == pytest.approx(sum(c["answer_agree"] for c in cells) / 3)
+        assert all(c["answer_agree"] for c in cells if c["exact"])  # the same text has the same answer
     # benchmarks/sc_cfg_sweep.py scores the checkpoint at each w on the validation split
     import sc_cfg_sweep
 
@@ -165,12 +171,13 @@ def test_demo_quick_end_to_end(tmp_path, monkeypatch):
     swept = json.loads(sweep.read_text())
     assert swept["split"] == "valid" and swept["n_problems"] == 8 and [r["sc_cfg"] for r in swept["rows"]] == [1, 2]
     assert all(0 <= r["mean"] <= 1 and r["nfe_used"] <= 4 for r in swept["rows"])
-    # configs/tiny.yaml, the README's first training run, trains on the same (cached) toy LMs
+    # configs/tiny.yaml, the README's first training run, trains on the same (cached) toy LMs: run
+    # for 30 steps instead of its 150 (a fifth of the time), both losses already fall by a fifth
     tiny = tmp_path / "tiny"
     assert main(["train", "--config", str(CONFIGS / "tiny.yaml"), f"train.out_dir={tiny}",
-                 "train.progress=false"]) == 0
+                 "train.progress=false", "train.steps=30"]) == 0
     lines = [json.loads(line) for line in (tiny / "metrics.jsonl").read_text().splitlines()]
-    assert lines[-1]["step"] == 150 and (tiny / "checkpoints" / "step-0000150").is_dir()
+    assert lines[-1]["step"] == 30 and (tiny / "checkpoints" / "step-0000030").is_dir()
     assert lines[-1]["denoise"] < lines[0]["denoise"] and lines[-1]["total"] < lines[0]["total"]
 
 

@@ -265,7 +265,7 @@ def test_sigterm_to_torchrun_stops_every_rank_after_the_same_step_with_a_checkpo
     log = _dir(cfg) / "metrics.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and not (log.exists() and len(log.read_text().splitlines()) >= 3):
-        time.sleep(0.2)
+        time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode != 0

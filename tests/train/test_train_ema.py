@@ -1,4 +1,4 @@
-"""The EMA of the student's weights (spec: EMA decay, kept in fp32)."""
+"""The EMA of the student's weights (decay ``train.ema_decay``, kept in fp32)."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -122,6 +123,27 @@ def _write_config(cfg, path: Path) -> Path:
     return path
 
 
+# `elfreg` whose sixth step waits until the first signal has been handled: the signal lands after
+# five logged steps, whatever the machine's speed, and the run stops after step 6
+WAITS_FOR_THE_SIGNAL = textwrap.dedent("""
+    import sys, threading
+    from elfreg.cli import main
+    from elfreg.runs import GracefulInterrupt
+    from elfreg.train import loop
+    handled = threading.Event()
+    real_handle, real_step = GracefulInterrupt._handle, loop.train_step
+    def handle(self, signum, frame):
+        real_handle(self, signum, frame)
+        handled.set()
+    def step(run, index):
+        if index == 5:
+            handled.wait()
+        return real_step(run, index)
+    GracefulInterrupt._handle, loop.train_step = handle, step
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupt_checkpoints_the_step_and_the_resumed_run_equals_an_uninterrupted_one(tiny_cfg, tmp_path, sig):
     steps = 60
@@ -131,12 +153,11 @@ def test_an_interrupt_checkpoints_the_step_and_the_resumed_run_equals_an_uninter
     source = {"source": "jsonl", "path": str(data)}
     cut = tiny_cfg(train={**common, "out_dir": str(tmp_path / "cut")}, data=source)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "elfreg.cli", "train", "--config",
+    proc = subprocess.Popen([sys.executable, "-c", WAITS_FOR_THE_SIGNAL, "train", "--config",
                              str(_write_config(cut, tmp_path / "cut.yaml"))],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     log = Path(cut.train.out_dir) / "metrics.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 5):
+    while proc.poll() is None and (not log.exists() or len(log.read_text().splitlines()) < 5):
         time.sleep(0.05)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
@@ -144,7 +165,7 @@ def test_an_interrupt_checkpoints_the_step_and_the_resumed_run_equals_an_uninter
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and f"interrupted by {sig.name} after step" in lines[0] and "resume" in lines[0], err
     stopped = open_checkpoint(cut.train.out_dir).meta["step"]
-    assert 5 <= stopped < steps and f"step-{stopped:07d}" in lines[0]
+    assert stopped == 6 and f"step-{stopped:07d}" in lines[0]
 
     torch.set_num_threads(1)
     assert train(cut).step == steps  # resume in-process, to the end

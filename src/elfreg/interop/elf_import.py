@@ -82,9 +82,16 @@ def load_elf_payload(file: Path) -> dict[str, Any]:
     try:
         payload = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - torch.load raises many kinds for a bad file
-        raise ElfImportError(f"cannot read ELF checkpoint {file}: {str(err).strip().splitlines()[0]}") from err
+        first = (str(err).strip().splitlines() or [""])[0]
+        raise ElfImportError(f"cannot read ELF checkpoint {file}: not a torch.save payload "
+                             f"({type(err).__name__}: {first})") from err
     if not isinstance(payload, dict) or "params" not in payload:
         raise ElfImportError(f"{file} is not an ELF checkpoint (no 'params' state dict)")
+    for key in PAYLOAD_KEYS.values():
+        tensors = payload.get(key)
+        if tensors is not None and not (isinstance(tensors, dict)
+                                        and all(isinstance(v, torch.Tensor) for v in tensors.values())):
+            raise ElfImportError(f"{file} is not an ELF checkpoint ({key!r} is not a state dict of tensors)")
     return payload
 
 
@@ -139,44 +146,77 @@ def _qk_reordered(tensor: torch.Tensor, width: int, heads: int) -> torch.Tensor:
     return tensor[order.reshape(-1)]
 
 
+# ELF's names → elfreg's: fragments renamed in place (regular expressions), and whole tensors that
+# become another module's (the decoder's kernels are transposed on the way)
+RENAMES = [
+    (r"text_proj\.proj1\.", "text_down."), (r"text_proj\.proj2\.", "text_up."),
+    (r"t_embedder\.mlp_0\.", "prefix.time_embedder.mlp_in."),
+    (r"t_embedder\.mlp_2\.", "prefix.time_embedder.mlp_out."),
+    (r"self_cond_cfg_embedder\.mlp_0\.", "prefix.cfg_embedder.mlp_in."),
+    (r"self_cond_cfg_embedder\.mlp_2\.", "prefix.cfg_embedder.mlp_out."),
+    (r"^t_emb_tokens$", "prefix.time_tokens"), (r"^self_cond_cfg_tokens$", "prefix.cfg_tokens"),
+    (r"^mode_tokens$", "prefix.mode_tokens"), (r"\.norm1\.", ".attn_norm."), (r"\.norm2\.", ".mlp_norm."),
+    (r"\.mlp\.w12\.", ".mlp.gate_up."), (r"\.mlp\.w3\.", ".mlp.down."),
+    (r"final_layer\.norm_final\.", "final_layer.norm."),
+]
+MOVED = {"proj_kernel": "dec_proj.weight", "proj_bias": "dec_proj.bias", "unembed_kernel": "vocab_head.weight",
+         "unembed_bias": "vocab_head.bias"}
+TRANSPOSED = {"proj_kernel", "unembed_kernel"}
+
+
+def elf_name(name: str) -> str:
+    """The ELF name of elfreg's tensor ``name`` (the inverse of the renaming, for messages)."""
+    moved = {ours: elf for elf, ours in MOVED.items()}
+    if name in moved:
+        return moved[name]
+    for pattern, ours in reversed(RENAMES):
+        anchored = pattern.startswith("^")
+        name = re.sub(f"^{re.escape(ours)}$" if anchored else re.escape(ours), pattern.strip("^$").replace("\\", ""),
+                      name)
+    return name
+
+
 def to_elfreg_state(params: dict[str, torch.Tensor], sizes: ElfSizes) -> dict[str, torch.Tensor]:
     """ELF's tensors under elfreg's names and layouts (see the module docstring)."""
-    renames = [
-        (r"text_proj\.proj1\.", "text_down."), (r"text_proj\.proj2\.", "text_up."),
-        (r"t_embedder\.mlp_0\.", "prefix.time_embedder.mlp_in."),
-        (r"t_embedder\.mlp_2\.", "prefix.time_embedder.mlp_out."),
-        (r"self_cond_cfg_embedder\.mlp_0\.", "prefix.cfg_embedder.mlp_in."),
-        (r"self_cond_cfg_embedder\.mlp_2\.", "prefix.cfg_embedder.mlp_out."),
-        (r"^t_emb_tokens$", "prefix.time_tokens"), (r"^self_cond_cfg_tokens$", "prefix.cfg_tokens"),
-        (r"^mode_tokens$", "prefix.mode_tokens"), (r"\.norm1\.", ".attn_norm."), (r"\.norm2\.", ".mlp_norm."),
-        (r"\.mlp\.w12\.", ".mlp.gate_up."), (r"\.mlp\.w3\.", ".mlp.down."),
-        (r"final_layer\.norm_final\.", "final_layer.norm."),
-    ]
-    head_order = rope_halves(sizes.width // sizes.heads)
+    head_dim = sizes.width // sizes.heads
     out = {}
     for name, value in params.items():
         value = value.detach().float().contiguous()
-        if name == "proj_kernel":
-            out["dec_proj.weight"] = value.T.contiguous()
+        if name in MOVED:
+            out[MOVED[name]] = value.T.contiguous() if name in TRANSPOSED else value
             continue
-        if name in ("proj_bias", "unembed_bias"):
-            out[{"proj_bias": "dec_proj.bias", "unembed_bias": "vocab_head.bias"}[name]] = value
-            continue
-        if name == "unembed_kernel":
-            out["vocab_head.weight"] = value.T.contiguous()
-            continue
-        if name.endswith("attn.qkv.weight") or name.endswith("attn.qkv.bias"):
+        qkv, qk_norm = name.endswith(("attn.qkv.weight", "attn.qkv.bias")), name.endswith(("attn.q_norm.weight",
+                                                                                           "attn.k_norm.weight"))
+        rows = 3 * sizes.width if qkv else head_dim
+        if (qkv or qk_norm) and (value.ndim == 0 or value.shape[0] != rows):
+            raise ElfImportError(f"{name}: ELF's tensor has shape {tuple(value.shape)}, where an ELF network of "
+                                 f"width {sizes.width} and {sizes.heads} heads has {rows} rows")
+        if qkv:
             value = _qk_reordered(value, sizes.width, sizes.heads)
-        elif name.endswith(("attn.q_norm.weight", "attn.k_norm.weight")):
-            value = value[head_order]
-        for pattern, new in renames:
+        elif qk_norm:
+            value = value[rope_halves(head_dim)]
+        for pattern, new in RENAMES:
             name = re.sub(pattern, new, name)
         out[name] = value.contiguous()
     return out
 
 
+NUMERIC_WITHOUT_DEFAULT = {"max_input_length", "lr"}
+
+
 def _elf_setting(elf: dict[str, Any], key: str) -> Any:
-    return elf[key] if elf.get(key) is not None else ELF_DEFAULTS[key]
+    """``key`` of ELF's training YAML, or ELF's default; a number where ELF reads one (YAML may
+    write 5e-5 as text), else an :class:`ElfImportError` naming the key."""
+    value = elf[key] if elf.get(key) is not None else ELF_DEFAULTS[key]
+    default = ELF_DEFAULTS[key]
+    if value is None or not (key in NUMERIC_WITHOUT_DEFAULT or isinstance(default, int | float)):
+        return value
+    try:
+        if isinstance(value, bool):
+            raise ValueError(value)
+        return float(value)
+    except (TypeError, ValueError):
+        raise ElfImportError(f"ELF training YAML: {key} must be a number, got {value!r}") from None
 
 
 def elfreg_config(sizes: ElfSizes, elf: dict[str, Any], overrides: list[str] | None = None) -> Config:
@@ -232,20 +272,28 @@ def imported_student(payload: dict[str, Any], weights: Weights, cfg: Config, siz
     """The elfreg student holding ``weights`` (params or EMA) of an ELF payload, in eval mode."""
     if weights not in PAYLOAD_KEYS:
         raise ElfImportError(f"--weights must be params or ema, not {weights!r}")
-    tensors = payload.get(PAYLOAD_KEYS[weights])
+    key = PAYLOAD_KEYS[weights]
+    tensors = payload.get(key)
     if not isinstance(tensors, dict) or not tensors:
-        raise ElfImportError(f"the checkpoint has no {PAYLOAD_KEYS[weights]!r} weights")
+        other = next(w for w in PAYLOAD_KEYS if w != weights)
+        raise ElfImportError(f"the checkpoint has no {key!r} weights (--weights {other} imports its {other})")
     student = student_from_config(cfg, sizes.enc_dim, sizes.vocab, None)
     state = to_elfreg_state(tensors, sizes)
     expected = student.state_dict()
     missing, extra = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
-    if missing or extra:
-        raise ElfImportError(f"ELF's tensors do not map onto the student: missing {missing[:3]}, "
-                             f"unexpected {extra[:3]}")
+    if missing:
+        raise ElfImportError(f"the checkpoint's {key!r} lack {', '.join(elf_name(n) for n in missing[:3])}"
+                             f"{' …' if len(missing) > 3 else ''}, which an ELF network of its sizes has")
+    if extra:
+        raise ElfImportError(f"the checkpoint's {key!r} hold {', '.join(elf_name(n) for n in extra[:3])}"
+                             f"{' …' if len(extra) > 3 else ''}, which an ELF network of its sizes has no place for")
     for name, value in state.items():
-        if value.shape != expected[name].shape:
-            raise ElfImportError(f"{name}: ELF's tensor has shape {tuple(value.shape)}, the student "
-                                 f"{tuple(expected[name].shape)}")
+        want = tuple(expected[name].shape)
+        if value.shape != want:
+            original = elf_name(name)
+            shape = (tuple(value.shape), want) if original not in TRANSPOSED else (tuple(value.T.shape), want[::-1])
+            raise ElfImportError(f"{original}: ELF's tensor has shape {shape[0]}, where an ELF network of the "
+                                 f"checkpoint's sizes has {shape[1]}")
     student.load_state_dict(state)
     return student.eval()
 

@@ -33,6 +33,7 @@ import torch
 
 from elfreg.device import resolve_precision
 from elfreg.paths import cache_dir as default_cache_dir
+from elfreg.progress import library_bars
 from elfreg.text.tokenizer import load_tokenizer
 from elfreg.toy.builders import LMJob, Progress, Say, duration, run_here, run_side_by_side, signals_stop_the_build
 from elfreg.toy.corpus import ToyTaskConfig, lm_text, train_examples
@@ -245,7 +246,8 @@ def _build_lm(root: Path, name: str, cfg: ToyLMConfig, task_config: ToyTaskConfi
         tokenizer = load_tokenizer(str(root / "tokenizer"))
         model, stats = pretrain_lm(cfg, tokenizer, examples, progress=progress, desc=f"toy {name}",
                                    position=position, threads_now=before_step)
-        model.save_pretrained(root / name)
+        with library_bars(progress):
+            model.save_pretrained(root / name)
         save_tokenizer(tokenizer, root / name)
         texts = [lm_text(e) for e in examples[:64]]
         return {**stats.__dict__, "train_loss_eval": round(lm_loss(model, tokenizer, texts), 4),
