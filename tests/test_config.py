@@ -102,3 +102,15 @@ def test_toy_balance_only_for_one_step_arith(tmp_path):
             Config.load(_write(tmp_path, {}), ["data.toy_balance=tens", *other])
         assert str(err.value).startswith("config error: data.toy_balance:")
         assert str(err.value).endswith("elsewhere set it to combination")  # the message names the fix
+
+
+def test_no_self_conditioning_needs_no_sc_cfg_tokens_and_builds_a_student_called_without_it():
+    from elfreg.model.presets import student_from_config
+
+    with pytest.raises(ConfigError, match=r"^config error: flow.sc_prob: 0 \(no self-conditioning\) needs "
+                                          r"model.cfg_tokens: 0"):
+        Config.from_dict({"flow": {"sc_prob": 0.0}})
+    small = {"width": 32, "depth": 2, "heads": 2, "repa_block": 1, "projector_hidden": 16, "time_freq_dim": 8}
+    without = Config.from_dict({"flow": {"sc_prob": 0.0}, "model": {**small, "cfg_tokens": 0}})
+    assert not student_from_config(without, 8, 20, 12).self_conditioning
+    assert student_from_config(Config.from_dict({"model": small}), 8, 20, 12).self_conditioning

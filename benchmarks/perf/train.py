@@ -72,7 +72,8 @@ def synthetic_batch(shape: Shape, device: torch.device, seed: int = 0) -> TrainB
     special = pos[None, :] >= (prompt_lens + answer_lens)[:, None]
     tokens[special] = 0
     prompt_mask = pos[None, :] < prompt_lens[:, None]
-    canvas = Canvas(tokens, prompt_mask, ~prompt_mask & ~special, special, prompt_lens).to(device)
+    canvas = Canvas(tokens, prompt_mask, ~prompt_mask & ~special, special, prompt_lens, prompt_lens + answer_lens
+                    ).to(device)
     x = torch.randn(b, length, shape.enc_dim, generator=g).to(device)
     teacher = TeacherTargets(repa=torch.randn(b, length, shape.teacher_dim, generator=g).to(device),
                              reg=torch.randn(b, shape.teacher_dim, generator=g).to(device),

@@ -39,7 +39,7 @@ def student(frozen):
     return _random_student(frozen)
 
 
-SAMPLE_FIELDS = {"sampler", "nfe", "rho", "sc_cfg", "prompt_cfg", "renoise_eta", "renoise_power",
+SAMPLE_FIELDS = {"sampler", "nfe", "rho", "sc_cfg", "prompt_cfg", "renoise_eta", "renoise_power", "sde_gamma",
                  "adaptive_patience", "adaptive_interval", "trim", "trim_interval", "trim_patience", "trim_margin"}
 
 
@@ -50,7 +50,7 @@ def _gen(student, frozen, prompts, record_trajectory=False, record_every=1, **kw
                     **kw)
 
 
-@pytest.mark.parametrize("sampler", ["early-stop", "full-span", "renoise", "adaptive"])
+@pytest.mark.parametrize("sampler", ["early-stop", "full-span", "renoise", "adaptive", "sde"])
 def test_batch_invariance_across_prompt_lengths(student, frozen, sampler):
     batched = _gen(student, frozen, PROMPTS, sampler=sampler, samples=2, seed=11, batch_size=6,
                    adaptive_interval=1, adaptive_patience=1)
@@ -58,6 +58,17 @@ def test_batch_invariance_across_prompt_lengths(student, frozen, sampler):
         alone = _gen(student, frozen, [PROMPTS[r.prompt_index]], sampler=sampler, samples=1,
                      seed=11 + r.sample_index, adaptive_interval=1, adaptive_patience=1)[0]
         assert (alone.tokens, alone.nfe, alone.seed) == (r.tokens, r.nfe, r.seed)
+
+
+def test_an_answer_cap_reads_the_first_tokens_of_the_answer_region_as_elfs_gen_length(student, frozen):
+    from dataclasses import replace
+
+    full = _gen(student, frozen, PROMPTS, samples=2, seed=3)
+    capped = _gen(student, replace(frozen, canvas=replace(frozen.canvas, answer_cap=3)), PROMPTS, samples=2, seed=3)
+    assert any(len(r.tokens) > 3 for r in full)  # the cap cuts some answers
+    for whole, cut in zip(full, capped, strict=True):
+        assert cut.tokens == whole.tokens[:3]
+        assert cut.ended == (len(whole.tokens) < 3 and whole.ended)
 
 
 def test_canvas_trimming_on_a_student_is_batch_invariant_and_pays_for_its_checks(student, frozen):

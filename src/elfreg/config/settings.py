@@ -55,6 +55,10 @@ class TextConfig:
     shard_frozen: bool = False  # fsdp2: shard the frozen encoder/teacher over ranks too (no replica per rank)
     canvas_len: int = 1024
     prompt_cap: int = 256  # 256 for math, 512 for code
+    # which end of a prompt longer than prompt_cap is cut: left keeps its last tokens (the question
+    # ends elfreg's templates), right its first (ELF's conditional tasks)
+    prompt_truncation: Literal["left", "right"] = "left"
+    answer_cap: int = 0  # a sampled answer is read from at most this many tokens (0: all; ELF's gen_length)
 
 
 @dataclass
@@ -167,15 +171,20 @@ FullSpanGrid = Literal["logit-normal", "uniform"]
 FULL_SPAN_GRIDS: tuple[str, ...] = typing.get_args(FullSpanGrid)
 RenoiseMode = Literal["both", "schedule", "renoise"]
 RENOISE_MODES: tuple[str, ...] = typing.get_args(RenoiseMode)
-# Named sampler settings, applied under any explicit flag (``--sampling NAME``). elf-cond is ELF's
-# conditional sampling (its cond_sampling_configs.yml: Euler over 64 steps of a logit-normal grid,
-# prompt CFG 2, SC-CFG 1; 65 NFE with the decode); elf-uncond is its unconditional setting with
-# the Euler update (ELF samples unconditional models with an SDE step elfreg does not have).
+# Named sampler settings, applied under any explicit flag (``--sampling NAME``): ELF's sampling
+# configs (its sampling_configs/*.yml; N steps are N + 1 NFE with the decode). elf-cond: its
+# conditional one (Euler over 64 steps of a logit-normal grid, prompt CFG 2, SC-CFG 1);
+# elf-uncond-32 / -64: its unconditional ones (the SDE step, γ 1.5 at 32 steps, 1.0 at 64,
+# SC-CFG 3); elf-pd-few / elf-pd-many: its distilled student's (γ 1.5 and SC-CFG 2.5 at 1-8 steps,
+# γ 2.0 and SC-CFG 2.0 at 16-32; no NFE: give --nfe).
+_ELF_SDE = {"sampler": "sde", "full_span_grid": "logit-normal", "prompt_cfg": 1.0}
 SAMPLING_PRESETS: dict[str, dict[str, Any]] = {
     "elf-cond": {"sampler": "full-span", "nfe": 65, "full_span_grid": "logit-normal", "sc_cfg": 1.0,
                  "prompt_cfg": 2.0},
-    "elf-uncond": {"sampler": "full-span", "nfe": 65, "full_span_grid": "logit-normal", "sc_cfg": 3.0,
-                   "prompt_cfg": 1.0},
+    "elf-uncond-32": {**_ELF_SDE, "nfe": 33, "sde_gamma": 1.5, "sc_cfg": 3.0},
+    "elf-uncond-64": {**_ELF_SDE, "nfe": 65, "sde_gamma": 1.0, "sc_cfg": 3.0},
+    "elf-pd-few": {**_ELF_SDE, "sde_gamma": 1.5, "sc_cfg": 2.5},
+    "elf-pd-many": {**_ELF_SDE, "sde_gamma": 2.0, "sc_cfg": 2.0},
 }
 
 
@@ -186,7 +195,8 @@ class SampleConfig:
     of the same name (``--renoise-eta``), whose help is the field's ``help`` metadata."""
 
     sampler: Sampler = field(
-        default="early-stop", metadata={"help": "sampler (ELF-REG §3 and App. C; adaptive exit: beyond the paper)"})
+        default="early-stop",
+        metadata={"help": "sampler (ELF-REG §3 and App. C; sde: ELF's SDE step; adaptive exit: beyond the paper)"})
     nfe: int = field(default=64, metadata={
         "help": "NFE budget N: N − 1 denoiser calls + 1 decode (adaptive: at most N)"})
     rho: int = field(default=8, metadata={
@@ -198,6 +208,9 @@ class SampleConfig:
         "help": "SC-CFG scale w, a network input (GSM8K 3, code and MATH 2)"})
     prompt_cfg: float = field(default=1.0, metadata={
         "help": "plain prompt CFG scale; ≠ 1 adds a prompt-dropped call per step (inference-only)"})
+    sde_gamma: float = field(default=1.0, metadata={
+        "help": "SDE: γ of ELF's SDE step (each step but the last starts from t·clip(1 − γ·h, 0, 1) with fresh "
+                "noise; ELF: 1.5 at 32 steps, 1.0 at 64; 0: full-span)"})
     renoise_mode: RenoiseMode = field(default="both", metadata={
         "help": "re-noising parts (Table 4/30): both; schedule (its time grid, plain Euler); renoise "
                 "(fresh noise on the early-stop grid)"})
@@ -226,6 +239,7 @@ class SampleConfig:
             ("sc_cfg", self.sc_cfg > 0, "must be > 0"),
             ("prompt_cfg", self.prompt_cfg >= 0, "must be >= 0"),
             ("renoise_eta", self.renoise_eta >= 0, "must be >= 0"),
+            ("sde_gamma", self.sde_gamma >= 0, "must be >= 0"),
             ("renoise_power", self.renoise_power > 0, "must be > 0"),
             ("adaptive_patience", self.adaptive_patience >= 1, "must be >= 1"),
             ("adaptive_interval", self.adaptive_interval >= 1, "must be >= 1"),
@@ -339,6 +353,8 @@ class Config:
             ("text.canvas_len", self.text.canvas_len >= 2, "must be >= 2"),
             ("text.prompt_cap", 1 <= self.text.prompt_cap < self.text.canvas_len,
              "must be in [1, canvas_len)"),
+            ("text.prompt_truncation", self.text.prompt_truncation in ("left", "right"), "must be left or right"),
+            ("text.answer_cap", self.text.answer_cap >= 0, "must be >= 0 (0: the whole answer region)"),
             ("model.width", self.model.width % self.model.heads == 0, "must be divisible by heads"),
             ("model.width", (self.model.width // self.model.heads) % 2 == 0,
              "width/heads must be even (RoPE)"),
@@ -354,6 +370,9 @@ class Config:
             ("flow.sigma", self.flow.sigma > 0, "must be > 0"),
             ("flow.c_min", 0 < self.flow.c_min < 1, "must be in (0, 1)"),
             ("flow.sc_prob", 0 <= self.flow.sc_prob <= 1, "must be in [0, 1]"),
+            ("flow.sc_prob", self.flow.sc_prob > 0 or self.model.cfg_tokens == 0,
+             "0 (no self-conditioning) needs model.cfg_tokens: 0: SC-CFG tokens carry the guidance scale of "
+             "self-conditioning, and ELF's sampler would feed such a model's untrained self_cond_proj"),
             ("flow.decode_prob", 0 <= self.flow.decode_prob <= 1, "must be in [0, 1]"),
             ("flow.prompt_drop", 0 <= self.flow.prompt_drop < 1, "must be in [0, 1)"),
             ("flow.w_min", 0 < self.flow.w_min <= self.flow.w_max, "must be in (0, w_max]"),

@@ -8,8 +8,9 @@ network (:mod:`elfreg.model.student`), so a checkpoint converts tensor for tenso
 - every size comes from the tensors (depth, width, heads from the q/k-norm size, the three prefix
   token counts, the bottleneck, the encoder width, the SwiGLU width, the vocabulary), never from
   the YAML's ``model:`` name, so models no ELF preset names import too;
-- everything else (encoder, latent mean and std, canvas length, objective and sampling settings)
-  comes from ELF's training YAML, with ELF's own defaults for keys it leaves out;
+- everything else (encoder, latent mean and std, canvas length, the prompt cap and ELF's
+  truncation of a long prompt (its first tokens kept), the answer's ``gen_length``, objective and
+  sampling settings) comes from ELF's training YAML, with ELF's own defaults for keys it leaves out;
 - q and k projections (and their norm weights) have each head's dimensions reordered from ELF's
   adjacent RoPE pairs (2i, 2i + 1) to elfreg's halves (i, i + head_dim/2): the same function;
 - the decoder's ``(in, out)`` kernels become ``nn.Linear`` weights (transposed).
@@ -190,7 +191,11 @@ def elfreg_config(sizes: ElfSizes, elf: dict[str, Any], overrides: list[str] | N
         "text": {"encoder": get("encoder_model_name"), "tokenizer": get("tokenizer_name"), "encoder_layer": -1,
                  "standardize": "global", "latent_mean": float(get("latent_mean")),
                  "latent_std": float(get("latent_std")), "teacher": None, "canvas_len": max_length,
-                 "prompt_cap": int(get("max_input_length")) if conditional else max_length - 1},
+                 "prompt_cap": int(get("max_input_length")) if conditional else max_length - 1,
+                 # ELF keeps a long prompt's first max_input_length tokens and reads gen_length =
+                 # max_length - max_input_length answer tokens
+                 "prompt_truncation": "right",
+                 "answer_cap": max_length - int(get("max_input_length")) if conditional else 0},
         "model": {"width": sizes.width, "depth": sizes.depth, "heads": sizes.heads, "mlp_hidden": sizes.mlp_hidden,
                   "vocab_size": sizes.vocab,
                   "bottleneck": sizes.bottleneck, "time_tokens": sizes.time_tokens, "cfg_tokens": sizes.cfg_tokens,
@@ -209,7 +214,7 @@ def elfreg_config(sizes: ElfSizes, elf: dict[str, Any], overrides: list[str] | N
                   "schedule": "cosine" if get("lr_schedule") == "cosine" else "constant",
                   "weight_decay": float(get("weight_decay")), "ema_decay": float(get("ema_decay1")),
                   "seed": int(get("seed"))},
-        "sample": {**SAMPLING_PRESETS["elf-cond" if conditional else "elf-uncond"],
+        "sample": {**SAMPLING_PRESETS["elf-cond" if conditional else "elf-uncond-64"],
                    "full_span_grid": "uniform" if get("time_schedule") == "uniform" else "logit-normal"},
     }
     for item in overrides or []:

@@ -60,6 +60,7 @@ def build_on_meta(name: str, enc_dim: int = QWEN3_0_6B_WIDTH, vocab_size: int = 
 
 def student_from_config(cfg: Config, enc_dim: int, vocab_size: int, teacher_dim: int | None) -> Student:
     """The student a run config describes, sized to its frozen encoder (and teacher); its
-    vocabulary is ``model.vocab_size`` when set, else ``vocab_size`` (the encoder's)."""
+    vocabulary is ``model.vocab_size`` when set, else ``vocab_size`` (the encoder's). A run without
+    self-conditioning (``flow.sc_prob`` 0) gives a student called without it."""
     return Student(cfg.model, enc_dim, cfg.model.vocab_size or vocab_size, teacher_dim if cfg.needs_teacher else None,
-                   extra_token=cfg.loss.extra_token, repa=cfg.loss.repa)
+                   extra_token=cfg.loss.extra_token, repa=cfg.loss.repa, self_conditioning=cfg.flow.sc_prob > 0)

@@ -76,6 +76,7 @@ class Student(nn.Module):
         teacher_dim: int | None = None,
         extra_token: ExtraToken = "reg",
         repa: bool = True,
+        self_conditioning: bool = True,
     ):
         super().__init__()
         if needs_teacher(repa, extra_token) and teacher_dim is None:
@@ -84,6 +85,9 @@ class Student(nn.Module):
         mlp_hidden = cfg.mlp_hidden or (8 * width) // 3
         self.cfg, self.enc_dim, self.vocab_size = cfg, enc_dim, vocab_size
         self.teacher_dim, self.extra_token, self.use_repa = teacher_dim, extra_token, repa
+        # whether callers pass a self-conditioning input (a run trained with flow.sc_prob 0 never
+        # does: z alone enters the bottleneck, ELF's path for such a model)
+        self.self_conditioning = self_conditioning
 
         self.self_cond_proj = nn.Linear(2 * enc_dim, enc_dim)
         self.text_down = nn.Linear(enc_dim, cfg.bottleneck, bias=False)
