@@ -290,6 +290,9 @@ class EvalConfig:
     data_dir: str | None = field(default=None, metadata={
         "help": "benchmark data directory (default $ELFREG_DATA_DIR, else the user cache data/ folder)"})
     template: str | None = field(default=None, metadata={"help": "prompt template (str.format fields of the task)"})
+    ppl_model: str = field(default="gpt2-large", metadata={
+        "help": "owt-genppl: the causal LM whose perplexity scores the texts (hub id or folder; ELF's gpt2-large)"})
+    ppl_batch_size: int = field(default=16, metadata={"help": "owt-genppl: texts per forward of the scoring LM"})
     # toy demo only (elfreg eval does not take them)
     split: Literal["valid", "test"] = field(default="test", metadata={
         "cli": False, "help": "held-out split of the toy tasks (valid for tuning)"})
@@ -308,6 +311,7 @@ class EvalConfig:
             ("timeout", self.timeout > 0, "must be > 0"),
             ("plus_timeout", self.plus_timeout > 0, "must be > 0"),
             ("plus_limit", self.plus_limit >= 0, "must be >= 0 (0: all)"),
+            ("ppl_batch_size", self.ppl_batch_size >= 1, "must be >= 1"),
         ]
         for key, ok, why in checks:
             if not ok:
