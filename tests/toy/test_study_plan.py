@@ -95,7 +95,7 @@ def test_the_shipped_plans_load():
     ({"sampels": [0]}, "config error: sampels: unknown key (known: base, model_defs,"),
     ({"samplers": ["early-stop", "ddim"]}, "config error: samplers[1]: unknown sampler 'ddim' (known: early-stop,"),
     ({"sampler_defs": {"x": {"sampler": "ddim"}}, "samplers": ["x"]},
-     "config error: samplers.x: sampler: expected one of ['early-stop', 'full-span', 'renoise', 'adaptive'], "
+     "config error: samplers.x: sampler: expected one of ['early-stop', 'full-span', 'renoise', 'adaptive', 'sde'], "
      "got 'ddim'"),
     ({"sampler_defs": {"x": {"nfe": 8}}, "samplers": ["x"]}, "config error: sampler_defs.x.nfe: the NFE is an axis"),
     ({"models": ["elf", "bert"]}, "config error: models[1]: unknown model 'bert'"),
