@@ -54,7 +54,7 @@ class Shape:
             "model": {"width": self.width, "depth": self.depth, "heads": self.heads, "repa_block": self.repa_block,
                       "projector_hidden": self.projector_hidden, "time_freq_dim": self.time_freq_dim},
             "loss": {"repa": reg, "extra_token": "reg" if reg else "none"},
-            "train": {"batch_size": self.batch, "steps": 1000, "warmup_steps": 10},
+            "train": {"batch_size": self.batch, "steps": 1000, "warmup_steps": 10, "optimizer": "adamw"},
         })
 
 

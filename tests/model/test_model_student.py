@@ -18,6 +18,19 @@ def test_paper_presets_match_table7_within_1_percent(name):
     assert abs(groups["decoder"] / decoder - 1) < 0.01
 
 
+def test_the_papers_elf_reg_l_count_adds_the_b_widths_projector_and_reg_token():
+    """Table 7's ELF-REG-L (652M) is ELF-L plus what REPA and REG add to ELF-B (14.69M): the
+    same modules at L's width 1280 hold 512 × (2,048 + 4,096 + 2,048) + 2 × 512 more, the
+    projector's first layer, REG's input (teacher state and its self-conditioning, 2 × 2,048 in)
+    and REG's output layer, plus REG's input bias and output norm: elfreg's 656.16M."""
+    count = {n: build_on_meta(n).parameter_groups()["non_decoder"] for n in PAPER_COUNTS}
+    added_b, added_l = count["elf-reg-b"] - count["elf-b"], count["elf-reg-l"] - count["elf-l"]
+    assert (added_b, added_l) == (14_689_792, 18_885_120)
+    assert added_l - added_b == (1280 - 768) * (2048 + 2 * 2048 + 2048) + 2 * (1280 - 768)
+    assert round((count["elf-l"] + added_b) / 1e6) == PAPER_COUNTS["elf-reg-l"][0] / 1e6 == 652
+    assert round(count["elf-reg-l"] / 1e6) == 656
+
+
 def test_presets_are_built_on_meta_and_projector_is_training_only():
     student = build_on_meta("elf-reg-b")
     assert all(p.is_meta for p in student.parameters())

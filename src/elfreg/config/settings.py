@@ -1,6 +1,11 @@
 """Every setting of an elfreg run, as dataclasses with YAML load/save and strict validation.
 
-Paper defaults (ELF-REG §3 and App. A–C) are the dataclass defaults; presets in ``configs/`` override them.
+The dataclass defaults are the paper's settings (ELF-REG §3 and App. A–C): its frozen models, ELF-B's
+student, its objective and samplers, and ELF's training recipe, which the paper trains with (Muon,
+global batch 512, lr 2e-3 = ELF's blr 1e-3 × 512 / 256, constant after 5,000 warmup steps, EMA
+0.9999); only a run's length (``train.steps`` / ``train.epochs``) is every run's own. The files in
+``configs/`` and the toy demo's presets set what they change, the toy recipes all of their own
+optimisation settings.
 Validation errors are one line naming the offending key, e.g.
 ``config error: train.lr: expected float, got 'fast'`` (parsing and flags: :mod:`elfreg.config.strict`).
 """
@@ -133,17 +138,17 @@ class TrainConfig:
     steps: int = 1000  # used when epochs is 0
     epochs: float = 0.0  # > 0: steps = ceil(epochs * prepared samples / (batch_size * grad_accum))
     init_from: str | None = None  # checkpoint (or run folder) whose weights start a fresh run at step 0
-    batch_size: int = 32
+    batch_size: int = 512  # the global batch (ELF's global_batch_size)
     grad_accum: int = 1
-    lr: float = 3e-4
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 100
-    schedule: Literal["cosine", "constant"] = "cosine"
+    lr: float = 2e-3  # ELF's blr 1e-3 scaled by the global batch: 1e-3 × 512 / 256
+    min_lr_ratio: float = 0.1  # the cosine schedule's floor, a fraction of lr
+    warmup_steps: int = 5000
+    schedule: Literal["cosine", "constant"] = "constant"
     weight_decay: float = 0.0
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
-    ema_decay: float = 0.999
+    ema_decay: float = 0.9999
     seed: int = 0
     out_dir: str = "runs/elfreg"
     ckpt_every: int = 500
@@ -160,12 +165,12 @@ class TrainConfig:
     parallel: ParallelMode = "none"
     activation_checkpointing: bool = False  # recompute each student block in the backward pass
     compile: bool = False  # torch.compile each student block
-    optimizer: Literal["adamw", "muon"] = "adamw"  # muon: ELF's Muon on every matrix, Nesterov-Adam on the rest
+    optimizer: Literal["adamw", "muon"] = "muon"  # muon: ELF's Muon on every matrix, Nesterov-Adam on the rest
     muon_momentum: float = 0.95
     peak_tflops: float = 989.0  # per-device peak for MFU (H100/H200 dense bf16); 0 turns MFU off
 
 
-Sampler = Literal["early-stop", "full-span", "renoise", "adaptive"]
+Sampler = Literal["early-stop", "full-span", "renoise", "adaptive", "sde"]
 SAMPLERS: tuple[str, ...] = typing.get_args(Sampler)
 FullSpanGrid = Literal["logit-normal", "uniform"]
 FULL_SPAN_GRIDS: tuple[str, ...] = typing.get_args(FullSpanGrid)

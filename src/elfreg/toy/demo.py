@@ -75,9 +75,9 @@ DEMO = {
     "model": {"width": 64, "depth": 4, "heads": 2, "repa_block": 2, "projector_hidden": 128, "time_freq_dim": 64},
     "flow": {"w_max": 2.0},
     "data": {"source": "toy-arith", "toy_level": 1, "toy_count": 20000, "toy_balance": "tens"},
-    "train": {"steps": 5800, "batch_size": 32, "optimizer": "muon", "lr": 1e-2, "weight_decay": 0.2,
-              "warmup_steps": 100, "ckpt_every": 400, "log_every": 10, "ema_decay": 0.99, "feature_cache": True,
-              "compile": True},
+    "train": {"steps": 5800, "batch_size": 32, "optimizer": "muon", "lr": 1e-2, "schedule": "cosine",
+              "weight_decay": 0.2, "warmup_steps": 100, "ckpt_every": 400, "log_every": 10,
+              "ema_decay": 0.99, "feature_cache": True, "compile": True},
     "sample": {"sc_cfg": 1.0},
     "eval": {"samples": 2, "nfes": [4, 8, 16], "samplers": ["early-stop", "full-span"], "split": "test"},
 }
