@@ -29,8 +29,8 @@ def test_wrong_type_fails_with_one_line_naming_it(tmp_path):
     with pytest.raises(ConfigError) as err:
         Config.load(_write(tmp_path, {"train": {"lr": "fast"}}))
     assert "train.lr" in str(err.value) and "\n" not in str(err.value)
-    with pytest.raises(ConfigError, match="loss.extra_token"):
-        Config.from_dict({"loss": {"extra_token": "global"}})
+    with pytest.raises(ConfigError, match="model.extra_token"):
+        Config.from_dict({"model": {"extra_token": "global"}})
     with pytest.raises(ConfigError, match="train.steps"):
         Config.from_dict({"train": {"steps": True}})
 
@@ -40,15 +40,15 @@ def test_range_checks_name_the_key():
         Config.from_dict({"text": {"canvas_len": 16, "prompt_cap": 16}})
     with pytest.raises(ConfigError, match="text.teacher"):
         Config.from_dict({"text": {"teacher": None}})
-    Config.from_dict({"text": {"teacher": None}, "loss": {"repa": False, "extra_token": "none"}})
+    Config.from_dict({"text": {"teacher": None}, "model": {"repa": False, "extra_token": "none"}})
 
 
 def test_yaml_round_trip_and_overrides(tmp_path):
     cfg = Config.from_dict({"train": {"steps": 7}, "model": {"width": 64, "heads": 4}})
     cfg.save(tmp_path / "r.yaml")
-    again = Config.load(tmp_path / "r.yaml", ["train.lr=0.01", "loss.repa=false", "loss.extra_token=learned"])
+    again = Config.load(tmp_path / "r.yaml", ["train.lr=0.01", "model.repa=false", "model.extra_token=learned"])
     assert again.train.steps == 7 and again.model.width == 64
-    assert again.train.lr == 0.01 and again.loss.repa is False and again.loss.extra_token == "learned"
+    assert again.train.lr == 0.01 and again.model.repa is False and again.model.extra_token == "learned"
     assert Config.load(tmp_path / "r.yaml").to_dict() == cfg.to_dict()
     with pytest.raises(ConfigError, match="train.nope"):
         Config.load(tmp_path / "r.yaml", ["train.nope=1"])

@@ -52,8 +52,8 @@ class Shape:
         return Config.from_dict({
             "text": {"canvas_len": self.canvas, "prompt_cap": self.prompt},
             "model": {"width": self.width, "depth": self.depth, "heads": self.heads, "repa_block": self.repa_block,
-                      "projector_hidden": self.projector_hidden, "time_freq_dim": self.time_freq_dim},
-            "loss": {"repa": reg, "extra_token": "reg" if reg else "none"},
+                      "projector_hidden": self.projector_hidden, "time_freq_dim": self.time_freq_dim,
+                      "repa": reg, "extra_token": "reg" if reg else "none"},
             "train": {"batch_size": self.batch, "steps": 1000, "warmup_steps": 10, "optimizer": "adamw"},
         })
 

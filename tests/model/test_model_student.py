@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -99,7 +101,7 @@ def test_the_decode_gate_switches_only_the_mode_tokens():
 
 
 def test_attention_is_bidirectional():
-    student = Student(SMALL, enc_dim=8, vocab_size=20, teacher_dim=None, extra_token="none", repa=False)
+    student = Student(replace(SMALL, extra_token="none", repa=False), enc_dim=8, vocab_size=20, teacher_dim=None)
     for p in student.parameters():
         torch.nn.init.normal_(p, std=0.2)
     inp = _inputs()
@@ -144,7 +146,7 @@ def test_params_cli_counts_a_paper_config_offline(capsys):
 def test_reg_can_be_dropped_at_inference():
     torch.manual_seed(0)
     cfg = ModelConfig(width=32, depth=2, heads=2, repa_block=1, projector_hidden=16, time_freq_dim=16)
-    student = Student(cfg, 8, 11, teacher_dim=6, extra_token="reg", repa=True).eval()
+    student = Student(cfg, 8, 11, teacher_dim=6).eval()
     torch.nn.init.normal_(student.final_layer.linear.weight, std=0.3)
     z, q = torch.randn(2, 5, 8), torch.randn(2, 5, 8)
     t, w = torch.tensor([0.2, 0.7]), torch.full((2,), 2.0)

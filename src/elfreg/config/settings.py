@@ -22,6 +22,7 @@ import yaml
 
 from ..device import check_device_name
 from .data import BENCHMARKS, PAPER_RECIPES, TEMPLATES, DataConfig, FilterConfig, SourceConfig
+from .migration import migrate, migrated_key
 from .strict import (
     ConfigError,
     add_config_flags,
@@ -32,11 +33,12 @@ from .strict import (
 )
 
 __all__ = [  # with the parsing helpers of .strict: elfreg.config re-exports every name listed here
-    "BENCHMARKS", "FULL_SPAN_GRIDS", "PAPER_RECIPES", "PARALLEL_MODES", "SAMPLERS", "SAMPLING_PRESETS", "TEMPLATES",
-    "Config", "ConfigError", "DataConfig", "EvalConfig",
+    "BENCHMARKS", "FULL_SPAN_GRIDS", "MODEL_SIZES", "PAPER_RECIPES", "PARALLEL_MODES", "SAMPLERS",
+    "SAMPLING_PRESETS", "TEMPLATES",
+    "Config", "ConfigError", "DataConfig", "EvalConfig", "ExtraToken",
     "FilterConfig", "FlowConfig", "LossConfig", "ModelConfig", "SampleConfig", "SourceConfig", "TextConfig",
-    "TrainConfig", "add_config_flags", "apply_override", "build_dataclass",
-    "config_flag_values", "needs_teacher",
+    "TrainConfig", "add_config_flags", "apply_config_overrides", "apply_override", "build_dataclass",
+    "config_flag_values", "migrated_key", "needs_teacher",
 ]
 
 
@@ -66,15 +68,29 @@ class TextConfig:
     answer_cap: int = 0  # a sampled answer is read from at most this many tokens (0: all; ELF's gen_length)
 
 
+ExtraToken = Literal["reg", "learned", "none"]
+# Named student sizes, the one place they are written: ELF's ELF-B and ELF-L (its ELF_B and
+# ELF_L; ELF-L's 16 heads of 80) with the block ELF-REG's REPA aligns (§3.2). A config names one
+# as ``model.size``; ModelConfig's defaults are ELF-B's.
+MODEL_SIZES: dict[str, dict[str, int]] = {
+    "elf-b": {"width": 768, "depth": 12, "heads": 12, "repa_block": 4},
+    "elf-l": {"width": 1280, "depth": 32, "heads": 16, "repa_block": 8},
+}
+_B = MODEL_SIZES["elf-b"]
+
+
 @dataclass
 class ModelConfig:
-    """The student Transformer: ELF's network (docs/elf.md) with the REPA projector and REG token
-    of ELF-REG (arXiv 2609.29102 §3). ``mlp_hidden`` 0 means floor(8·width/3), ELF's SwiGLU width
-    for its MLP ratio 4."""
+    """The student's shape: ELF's network (docs/elf.md) with the REPA projector and the extra token
+    of ELF-REG (arXiv 2609.29102 §3): every part whose weights a checkpoint holds.
+    ``mlp_hidden`` 0 means floor(8·width/3), ELF's SwiGLU width for its MLP ratio 4. ``size``
+    names one of :data:`MODEL_SIZES`, whose width, depth, heads and REPA block a config then
+    need not give (and may not contradict)."""
 
-    width: int = 768
-    depth: int = 12
-    heads: int = 12
+    size: str | None = None
+    width: int = _B["width"]
+    depth: int = _B["depth"]
+    heads: int = _B["heads"]
     mlp_hidden: int = 0
     vocab_size: int = 0  # the decoder's vocabulary; 0: the encoder's (ELF sizes it by its tokenizer: imports set it)
     bottleneck: int = 128  # input path: [z ; q] -> encoder width -> bottleneck -> width (ELF's text_proj)
@@ -84,9 +100,36 @@ class ModelConfig:
     time_freq_dim: int = 256  # sinusoidal features of t and w
     bias: bool = True  # biases of the attention and MLP projections (ELF's qkv_bias and SwiGLU)
     dropout: float = 0.0  # on attention outputs and SwiGLU hidden states of the middle half of the blocks
-    repa_block: int = 4  # 1-based: REPA aligns the output of this block
+    repa: bool = True  # the REPA projector p_φ (training only; Table 5's ablations turn it off)
+    extra_token: ExtraToken = "reg"  # reg: the REG token; learned: one learnable token (OLT); none
+    repa_block: int = _B["repa_block"]  # 1-based: REPA aligns the output of this block
     projector_hidden: int = 2048
     rope_base: float = 10000.0
+
+    @classmethod
+    def of_size(cls, size: str, **changes: Any) -> ModelConfig:
+        """The model of a named size (:data:`MODEL_SIZES`) with ``changes`` (not to its sizes)."""
+        return cls(**sized({**changes, "size": size}))
+
+    @property
+    def needs_teacher(self) -> bool:
+        """Whether this student has teacher-width parts (:func:`needs_teacher`)."""
+        return needs_teacher(self.repa, self.extra_token)
+
+
+def sized(model: dict[str, Any]) -> dict[str, Any]:
+    """A ``model`` section with its named ``size`` filled in (:data:`MODEL_SIZES`): what the size
+    fixes is filled where the section is silent, and refused where it says otherwise."""
+    size = model.get("size")
+    if size is None:
+        return model
+    if size not in MODEL_SIZES:
+        raise ConfigError(f"config error: model.size: must be one of {', '.join(MODEL_SIZES)}, got {size!r}")
+    for key, value in MODEL_SIZES[size].items():
+        if key in model and model[key] != value:
+            raise ConfigError(f"config error: model.{key}: {model[key]!r} is not {size}'s {value} (model.size: "
+                              f"{size}); set model.size: null to size the student yourself")
+    return {**model, **MODEL_SIZES[size]}
 
 
 @dataclass
@@ -112,10 +155,9 @@ class FlowConfig:
 
 @dataclass
 class LossConfig:
-    """Which training signals are on (the ablations of Table 5) and their weights."""
+    """The weights of the training signals: L = L_ELF + 0.5·L_REPA + 0.1·L_REG. Which signals
+    there are is the student's shape (``model.repa``, ``model.extra_token``)."""
 
-    repa: bool = True
-    extra_token: Literal["reg", "learned", "none"] = "reg"  # learned = one learnable token (OLT)
     repa_weight: float = 0.5
     reg_weight: float = 0.1
 
@@ -349,7 +391,7 @@ class Config:
     @property
     def needs_teacher(self) -> bool:
         """Whether training needs the frozen teacher (:func:`needs_teacher`)."""
-        return needs_teacher(self.loss.repa, self.loss.extra_token)
+        return self.model.needs_teacher
 
     def validate(self) -> Config:
         """Range checks that types alone cannot express; returns self."""
@@ -367,6 +409,10 @@ class Config:
             ("model.width", self.model.width % self.model.heads == 0, "must be divisible by heads"),
             ("model.width", (self.model.width // self.model.heads) % 2 == 0,
              "width/heads must be even (RoPE)"),
+            ("model.size", self.model.size is None or (
+                self.model.size in MODEL_SIZES
+                and all(getattr(self.model, k) == v for k, v in MODEL_SIZES[self.model.size].items())),
+             f"must be one of {', '.join(MODEL_SIZES)} with its sizes, or null"),
             ("model.repa_block", 1 <= self.model.repa_block <= self.model.depth,
              "must be in [1, depth]"),
             ("model.bottleneck", self.model.bottleneck >= 1, "must be >= 1"),
@@ -419,7 +465,7 @@ class Config:
         ]
         if self.needs_teacher:
             checks.append(("text.teacher", bool(self.text.teacher),
-                           "REPA/REG need a teacher (set loss.repa: false and loss.extra_token: none)"))
+                           "REPA/REG need a teacher (set model.repa: false and model.extra_token: none)"))
         for key, ok, why in checks:
             if not ok:
                 raise ConfigError(f"config error: {key}: {why}")
@@ -435,12 +481,26 @@ class Config:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Config:
-        return build_dataclass(cls, data or {}, prefix="").validate()
+        """A validated config from a mapping: keys of earlier versions at their current place
+        (:func:`~elfreg.config.migration.migrate`), a named ``model.size`` filled in."""
+        data = migrate(data or {})
+        if isinstance(data.get("model"), dict):
+            data["model"] = sized(data["model"])
+        return build_dataclass(cls, data, prefix="").validate()
 
     @classmethod
     def load(cls, path: str | Path, overrides: list[str] | None = None) -> Config:
         """Load a YAML file, then apply ``key.sub=value`` overrides (values parsed as YAML)."""
         data = read_yaml_mapping(path)
-        for item in overrides or []:
-            apply_override(data, item)
+        apply_config_overrides(data, overrides)
         return cls.from_dict(data)
+
+
+def apply_config_overrides(data: dict[str, Any], overrides: list[str] | None) -> None:
+    """``section.key=value`` overrides applied in place to a run config's mapping; a key of an
+    earlier version (``loss.repa``) sets its current place, as the mapping's own keys are moved
+    there first (:mod:`elfreg.config.migration`)."""
+    data.update(migrate(data))
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        apply_override(data, f"{migrated_key(key.strip())}{sep}{value}")

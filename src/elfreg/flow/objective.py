@@ -146,7 +146,9 @@ def reg_term(reg_err: torch.Tensor, decode: torch.Tensor, count: torch.Tensor | 
 def elf_reg_loss(student: Student, batch: TrainBatch, flow: FlowConfig, loss: LossConfig,
                  generator: torch.Generator | RowDraws, reduce_counts: CountReduce | None = None) -> LossTerms:
     """All loss terms for one batch. Randomness comes only from ``generator``: one generator for
-    the batch, or :class:`~elfreg.flow.noising.RowDraws` (one per row; what training uses).
+    the batch, or :class:`~elfreg.flow.noising.RowDraws` (one per row; what training uses). The
+    student's shape says which terms there are (``model.repa``, ``model.extra_token``), ``loss``
+    their weights.
 
     ``reduce_counts`` makes this batch one rank's share of a global batch: every term is then
     (this share's sum) / (the size of the term's averaging set over the global batch), so the
@@ -155,8 +157,8 @@ def elf_reg_loss(student: Student, batch: TrainBatch, flow: FlowConfig, loss: Lo
     canvas, x = batch.canvas, batch.x.float()
     bsz, dev = x.shape[0], x.device
     prompt = canvas.prompt_mask
-    use_reg = loss.extra_token == "reg"
-    if (loss.repa or use_reg) and batch.teacher is None:
+    use_reg, use_repa = student.cfg.extra_token == "reg", student.cfg.repa
+    if (use_repa or use_reg) and batch.teacher is None:
         raise ValueError("REPA/REG are on but the batch has no teacher targets")
     if flow.sc_prob > 0 and not student.self_conditioning:
         raise ValueError("flow.sc_prob > 0, but the student was built without self-conditioning (flow.sc_prob 0)")
@@ -219,7 +221,7 @@ def elf_reg_loss(student: Student, batch: TrainBatch, flow: FlowConfig, loss: Lo
                     rv_sc = rv_sc.index_copy(0, rows, velocity(with_sc.reg_hat, rr, tr, flow.c_min))
 
     out = student(z, sc if student.self_conditioning else None, t_in, w, prompt, decode=decode, reg=r_in,
-                  reg_self_cond=reg_sc, want_repa=loss.repa, repa_positions=repa_at if loss.repa else None)
+                  reg_self_cond=reg_sc, want_repa=use_repa, repa_positions=repa_at if use_repa else None)
 
     b_guide = b & guided  # rows whose target carries the guidance term of Eq. 8
     v_target = sc_cfg_target(x, z, t, b_guide, w, v_sc, v_nosc, flow.c_min)
@@ -229,7 +231,7 @@ def elf_reg_loss(student: Student, batch: TrainBatch, flow: FlowConfig, loss: Lo
     zero = x.new_zeros(())
 
     repa = zero
-    if loss.repa:
+    if use_repa:
         repa = repa_term(out.repa, batch.teacher, canvas.content_mask, use_reg, n_repa)
 
     reg = zero

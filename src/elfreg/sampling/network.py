@@ -137,14 +137,27 @@ class StudentNetwork:
         return chunk_sizes(x.shape[0], x.shape[1] + self.student.n_prefix, self.student.blocks[0].mlp.down.in_features,
                            element_bytes, cpu_cache_bytes(x.device))
 
+    def _call(self, model: Student, z: torch.Tensor, q: torch.Tensor | None, t: torch.Tensor, w: torch.Tensor,
+              prompt_mask: torch.Tensor, decode: torch.Tensor | None = None, reg: torch.Tensor | None = None,
+              reg_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """(x̂, r̂, hidden) of one call: the student's forward, or on a CPU its stages with the
+        blocks run on cache-sized chunks of samples (:meth:`sample_chunks`; the same values)."""
+        chunks = self.sample_chunks(z)
+        if chunks is None:
+            out = model(z, q, t, w, prompt_mask, decode=decode, reg=reg, reg_self_cond=reg_q, drop_reg=reg is None)
+            return out.x_hat, out.reg_hat, out.hidden
+        seq = model.embed(z, q, t, w, decode, reg, reg_q, drop_reg=reg is None)
+        h = torch.cat([model.run_blocks(part, seq.cos, seq.sin)[0] for part in seq.h.split(chunks)])
+        return model.heads(h, seq, z, prompt_mask)
+
     @torch.no_grad()
     def denoise(self, z: torch.Tensor, q: torch.Tensor, t: torch.Tensor, w: torch.Tensor,
                 prompt_mask: torch.Tensor, reg: torch.Tensor | None = None,
                 reg_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         with autocast(self.device, self.bf16):
-            out = self.calling_module()(z, q if self.student.self_conditioning else None, t, w, prompt_mask, reg=reg,
-                                        reg_self_cond=reg_q, drop_reg=reg is None, sample_chunks=self.sample_chunks(z))
-        return out.x_hat.float(), None if out.reg_hat is None else out.reg_hat.float()
+            x_hat, reg_hat, _ = self._call(self.calling_module(), z, q if self.student.self_conditioning else None,
+                                           t, w, prompt_mask, reg=reg, reg_q=reg_q)
+        return x_hat.float(), None if reg_hat is None else reg_hat.float()
 
     @torch.no_grad()
     def decode_hidden(self, x: torch.Tensor, prompt_mask: torch.Tensor, reg: torch.Tensor | None,
@@ -158,10 +171,8 @@ class StudentNetwork:
                      w: torch.Tensor) -> torch.Tensor:
         b = x.shape[0]
         sc = torch.zeros_like(x) if self.student.self_conditioning else None
-        out = model(x, sc, torch.ones(b, device=x.device), w, prompt_mask,
-                    decode=torch.ones(b, dtype=torch.bool, device=x.device), reg=reg, drop_reg=reg is None,
-                    sample_chunks=self.sample_chunks(x))
-        return out.hidden
+        return self._call(model, x, sc, torch.ones(b, device=x.device), w, prompt_mask,
+                          decode=torch.ones(b, dtype=torch.bool, device=x.device), reg=reg)[2]
 
     @torch.no_grad()
     def decode(self, x: torch.Tensor, prompt_mask: torch.Tensor, reg: torch.Tensor | None,

@@ -9,9 +9,10 @@ Layout of one build, under ``<cache>/toy_assets/<quick|full>-<hash>/``::
     encoder/           config.json + model.safetensors + tokenizer files (a hub-style folder)
     teacher/           idem
 
-A build is made in a temporary sibling folder and renamed into place only when complete, so a
-killed build never leaves a folder that a later call would reuse; a later build of the same
-settings removes temporary folders left by dead processes. Nothing is written outside the cache.
+A build is written whole or not at all (:func:`elfreg.folders.written_whole`: a temporary
+sibling renamed into place when complete), so a killed build never leaves a folder that a later
+call would reuse; a later build of the same settings removes temporary folders left by dead
+processes. Nothing is written outside the cache.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import multiprocessing
 import os
 import shutil
 import time
-import uuid
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from elfreg.device import resolve_precision
+from elfreg.folders import TEMPORARY_PREFIX, written_whole
 from elfreg.paths import cache_dir as default_cache_dir
 from elfreg.text.tokenizer import load_tokenizer
 from elfreg.toy.corpus import ToyTaskConfig, lm_text, train_examples
@@ -105,11 +106,14 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _remove_stale_tmp(base: Path, digest: str) -> None:
-    for tmp in base.glob(f".tmp-{digest}-*"):
+def _remove_stale_tmp(final: Path) -> None:
+    """Remove the temporary folders of builds of ``final`` whose process is gone (the process id
+    leads the tag of :func:`~elfreg.folders.written_whole`'s folder)."""
+    prefix = f"{TEMPORARY_PREFIX}{final.name}-"
+    for tmp in final.parent.glob(f"{prefix}*"):
         try:
-            pid = int(tmp.name.split("-")[2])
-        except (IndexError, ValueError):
+            pid = int(tmp.name[len(prefix):].split("-")[0])
+        except ValueError:
             continue
         if not _pid_alive(pid):
             shutil.rmtree(tmp, ignore_errors=True)
@@ -162,30 +166,23 @@ def build_toy_assets(cache_dir: str | os.PathLike | None = None, task_config: To
     if _is_complete(final):
         return _assets(final, reused=True)
     base.mkdir(parents=True, exist_ok=True)
-    _remove_stale_tmp(base, digest)
-    tmp = base / f".tmp-{digest}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    _remove_stale_tmp(final)
     if side_by_side is None:
         side_by_side = _usable_cpus() >= 2
     try:
-        _build_into(tmp, settings, task_config, encoder, teacher, vocab_size, corpus_size, progress, num_threads,
-                    side_by_side)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not _is_complete(final):
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)  # another process finished the same build first
-            return _assets(final, reused=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        with written_whole(final, tag=f"{os.getpid()}-") as tmp:
+            _build_into(tmp, settings, task_config, encoder, teacher, vocab_size, corpus_size, progress, num_threads,
+                        side_by_side)
+    except OSError:
+        if not _is_complete(final):
+            raise
+        return _assets(final, reused=True)  # another process finished the same build first
     return _assets(final, reused=False)
 
 
 def _build_into(root: Path, settings: dict, task_config: ToyTaskConfig, encoder: ToyLMConfig,
                 teacher: ToyLMConfig, vocab_size: int, corpus_size: int, progress: bool,
                 num_threads: int | None, side_by_side: bool) -> None:
-    root.mkdir(parents=True)
     (root / "settings.json").write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
     examples = train_examples(task_config, corpus_size)
     t0 = time.perf_counter()
