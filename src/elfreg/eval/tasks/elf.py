@@ -138,7 +138,7 @@ class OwtGenPplTask(CorpusTask):
 
             device = resolve_device(self.device)
             dtype = torch.bfloat16 if use_bf16(device, "auto") else torch.float32
-            model = load_causal_lm(self.ppl_model, dtype=dtype).to(device)
+            model = load_causal_lm(self.ppl_model).to(device=device, dtype=dtype)
             self._scorer = (model, load_tokenizer(self.ppl_model))
         return self._scorer
 
