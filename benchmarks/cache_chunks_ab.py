@@ -19,7 +19,6 @@ from pathlib import Path
 
 import torch
 
-from elfreg.device import autocast
 from elfreg.sampling.cache_chunks import even_chunks
 
 import run
@@ -45,18 +44,18 @@ def main() -> None:
     shape = run.SHAPES[args.shape]
     device = torch.device("cpu")
     net = sample.student_network(shape, args.precision, device)
-    model = net.calling_module()
+    rule_of = net.sample_chunks
     cases, plans, flops = {}, {}, {}
     for batch in args.batches:
         x = sample.call_inputs(shape, batch, device)
         q = torch.randn_like(x["z"]) * 0.5  # a mid-path self-conditioning input
-        rule = net.sample_chunks(x["z"])
+        rule = rule_of(x["z"])
         options = {"whole": None, **({"rule": rule} if rule else {})}
         options.update({f"chunks of {n}": even_chunks(batch, n) for n in args.chunks if n < batch})
 
         def call(chunks, x=x, q=q) -> torch.Tensor:
-            with torch.no_grad(), autocast(device, net.bf16):
-                return model(x["z"], q, x["t"], x["w"], x["prompt_mask"], reg=x["reg"], sample_chunks=chunks).x_hat
+            net.sample_chunks = lambda _z, chunks=chunks: chunks  # this case's chunks instead of the rule's
+            return net.denoise(x["z"], q, x["t"], x["w"], x["prompt_mask"], x["reg"], None)[0]
 
         whole = call(None)
         for name, chunks in options.items():

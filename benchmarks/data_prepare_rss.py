@@ -73,7 +73,7 @@ def main() -> None:
         build_tokenizer(sample, root / "tokenizer")
         print(f"wrote {args.rows:,} rows and a tokenizer in {time.perf_counter() - t0:.1f} s")
         cfg = {"text": {"encoder": str(root / "tokenizer"), "teacher": None, "canvas_len": 1024, "prompt_cap": 256},
-               "loss": {"repa": False, "extra_token": "none"},
+               "model": {"repa": False, "extra_token": "none"},
                "data": {"source": "mixture", "template": "gsm8k", "prepared": str(root / "prepared"),
                         "decontaminate": [b for b in args.decontaminate.split(",") if b],
                         "sources": [{"kind": "jsonl", "path": str(root / "rows.jsonl"), "prompt_field": "problem",

@@ -72,7 +72,9 @@ def main() -> None:
                           "answer_field": "answer"}}
     if args.tiny:
         overrides["text"].update(encoder_layer=2, repa_layer=2, reg_layer=3, canvas_len=96, prompt_cap=32)
-        overrides["model"] = {"width": 64, "depth": 2, "heads": 2, "repa_block": 1, "projector_hidden": 64}
+        # not the paper's named size: a smaller student
+        overrides["model"] = {"size": None, "width": 64, "depth": 2, "heads": 2, "repa_block": 1,
+                              "projector_hidden": 64}
     data = cfg.to_dict()
     data["data"] = {}  # the synthetic file alone, not the paper's recipe
     data["train"]["epochs"] = 0  # train.steps (set by the smoke script) is the budget, not the recipe's epochs

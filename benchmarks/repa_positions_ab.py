@@ -43,6 +43,9 @@ class ProjectEverywhere:
     def __init__(self, student: Student):
         self.student = student
 
+    def __getattr__(self, name: str):  # everything else is the student's: its shape, its heads
+        return getattr(self.student, name)
+
     def __call__(self, *args, repa_positions: torch.Tensor | None = None, **kwargs):
         out = self.student(*args, **kwargs)
         if repa_positions is not None:
@@ -78,7 +81,7 @@ def main() -> int:
             terms[name] = {key: float(v) for key, v in out.__dict__.items()}
         diff = max(abs(a - b) / max(abs(b), 1e-8)
                    for a, b in zip(*(t.values() for t in terms.values()), strict=True))
-        mask = repa_mask(batch.canvas.content_mask, cfg.loss.extra_token == "reg")
+        mask = repa_mask(batch.canvas.content_mask, cfg.model.extra_token == "reg")
         share = float(mask.sum()) / mask.numel()
 
         times: dict[str, list[float]] = {name: [] for name in callers}

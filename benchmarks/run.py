@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from elfreg.config import MODEL_SIZES
 from elfreg.device import resolve_device, resolve_precision
 from elfreg.host_memory import keep_freed_memory
 
@@ -41,8 +42,8 @@ SECTIONS = ("gemm", "train", "host", "calls", "e2e", "sampling")  # sampling: ca
 DEMO = Shape("demo", width=128, depth=4, heads=2, repa_block=2, projector_hidden=256, enc_dim=128,
              teacher_dim=192, vocab=832, batch=32, canvas=56, prompt=16, time_freq_dim=64)
 # ELF-REG-B (configs/elf-reg-b-gsm8k.yaml) at batch 4 × canvas 256 (CPU-sized)
-B = Shape("elf-reg-b", width=768, depth=12, heads=12, repa_block=4, projector_hidden=2048, enc_dim=1024,
-          teacher_dim=2048, vocab=151_936, batch=4, canvas=256, prompt=64)
+B = Shape("elf-reg-b", **MODEL_SIZES["elf-b"], projector_hidden=2048, enc_dim=1024, teacher_dim=2048, vocab=151_936,
+          batch=4, canvas=256, prompt=64)
 TINY = Shape("tiny", width=32, depth=2, heads=2, repa_block=1, projector_hidden=32, enc_dim=32,
              teacher_dim=48, vocab=64, batch=4, canvas=24, prompt=8, time_freq_dim=16)
 TINY_WIDE = Shape("tiny-wide", width=64, depth=2, heads=2, repa_block=1, projector_hidden=64, enc_dim=48,

@@ -11,6 +11,7 @@ and the NFE each sampler used.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 import torch
@@ -42,11 +43,9 @@ def main() -> None:
 
     device = resolve_device(args.device)
     bf16 = use_bf16(device, args.precision)
-    preset = PRESETS[args.preset]
+    model = dataclasses.replace(PRESETS[args.preset], repa=False)  # sampling never runs the projector
     torch.manual_seed(0)
-    student = Student(preset.model, args.enc_dim, args.vocab,
-                      args.teacher_dim if preset.extra_token == "reg" else None,
-                      extra_token=preset.extra_token, repa=False)
+    student = Student(model, args.enc_dim, args.vocab, args.teacher_dim if model.extra_token == "reg" else None)
     torch.nn.init.normal_(student.final_layer.linear.weight, std=0.02)
     net = StudentNetwork(student.to(device), bf16)
     states = torch.randn(args.batch, args.canvas, args.enc_dim, device=device)

@@ -205,7 +205,7 @@ def b_random_checkpoint(folder: Path) -> Path:
     cfg = Config.from_dict({
         "text": {"encoder": str(encoder), "encoder_layer": 1, "teacher": str(encoder), "tokenizer": str(tokenizer),
                  "canvas_len": 256, "prompt_cap": 64},
-        "model": {"width": 768, "depth": 12, "heads": 12, "repa_block": 4, "projector_hidden": 2048},
+        "model": {"size": "elf-b", "projector_hidden": 2048},
         "sample": {"sc_cfg": 1.0}})
     student = student_from_config(cfg, 1024, vocab, 2048)
     for head in (student.final_layer.linear, student.reg_head.linear):  # zero at init: give them weights

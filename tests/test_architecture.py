@@ -80,7 +80,8 @@ def test_the_samplers_share_one_update_loop():
     assert set(loops) == {"samplers.py:follow_path"}, loops
 
 
-# Shared work with one home each: run-folder locks, torchrun's environment, JSONL lines.
+# Shared work with one home each: folders written whole, run-folder locks, torchrun's environment,
+# JSONL lines.
 TORCHRUN_ENV = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE",
                 "TORCHELASTIC_RESTART_COUNT"}
 
@@ -105,6 +106,9 @@ def test_shared_work_has_one_home():
                     if isinstance(n, ast.Constant) and n.value in TORCHRUN_ENV]
         if where != "jsonl.py" and any(_jsonl_line(n) for n in ast.walk(tree)):
             bad.append(f"{where}: writes JSONL lines by hand (jsonl.py is their home)")
+        if where not in ("folders.py", "eval/code/sandbox/supervisor.py") and any(
+                isinstance(n, ast.Attribute) and n.attr == "mkdtemp" for n in ast.walk(tree)):
+            bad.append(f"{where}: makes a temporary folder to fill (folders.py writes folders whole)")
     assert bad == []
 
 

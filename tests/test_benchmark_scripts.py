@@ -145,7 +145,7 @@ def test_sampling_speed_reports_every_sampler_within_its_budget():
     text = _run("sampling_speed.py", "--preset", "tiny", "--canvas", "64", "--prompt-len", "16", "--batch", "2",
                 "--nfe", "4", "--vocab", "100", "--enc-dim", "32", "--teacher-dim", "32")
     used = dict(re.findall(r"^\s*([a-z-]+):.*NFE used \[([\d, ]+)\]$", text, re.M))
-    assert set(used) == {"early-stop", "full-span", "renoise", "adaptive"}
+    assert set(used) == {"early-stop", "full-span", "renoise", "adaptive", "sde"}
     assert all(int(n) <= 4 for ns in used.values() for n in ns.split(","))
     assert used["early-stop"] == used["full-span"] == "4, 4"
 

@@ -29,8 +29,8 @@ def test_wrong_type_fails_with_one_line_naming_it(tmp_path):
     with pytest.raises(ConfigError) as err:
         Config.load(_write(tmp_path, {"train": {"lr": "fast"}}))
     assert "train.lr" in str(err.value) and "\n" not in str(err.value)
-    with pytest.raises(ConfigError, match="loss.extra_token"):
-        Config.from_dict({"loss": {"extra_token": "global"}})
+    with pytest.raises(ConfigError, match="model.extra_token"):
+        Config.from_dict({"model": {"extra_token": "global"}})
     with pytest.raises(ConfigError, match="train.steps"):
         Config.from_dict({"train": {"steps": True}})
 
@@ -40,15 +40,15 @@ def test_range_checks_name_the_key():
         Config.from_dict({"text": {"canvas_len": 16, "prompt_cap": 16}})
     with pytest.raises(ConfigError, match="text.teacher"):
         Config.from_dict({"text": {"teacher": None}})
-    Config.from_dict({"text": {"teacher": None}, "loss": {"repa": False, "extra_token": "none"}})
+    Config.from_dict({"text": {"teacher": None}, "model": {"repa": False, "extra_token": "none"}})
 
 
 def test_yaml_round_trip_and_overrides(tmp_path):
     cfg = Config.from_dict({"train": {"steps": 7}, "model": {"width": 64, "heads": 4}})
     cfg.save(tmp_path / "r.yaml")
-    again = Config.load(tmp_path / "r.yaml", ["train.lr=0.01", "loss.repa=false", "loss.extra_token=learned"])
+    again = Config.load(tmp_path / "r.yaml", ["train.lr=0.01", "model.repa=false", "model.extra_token=learned"])
     assert again.train.steps == 7 and again.model.width == 64
-    assert again.train.lr == 0.01 and again.loss.repa is False and again.loss.extra_token == "learned"
+    assert again.train.lr == 0.01 and again.model.repa is False and again.model.extra_token == "learned"
     assert Config.load(tmp_path / "r.yaml").to_dict() == cfg.to_dict()
     with pytest.raises(ConfigError, match="train.nope"):
         Config.load(tmp_path / "r.yaml", ["train.nope=1"])
@@ -112,3 +112,15 @@ def test_toy_level1_share_only_mixes_into_arith_chains(tmp_path):
         with pytest.raises(ConfigError) as err:
             Config.load(_write(tmp_path, {}), bad)
         assert str(err.value).startswith("config error: data.toy_level1_share:")
+
+
+def test_no_self_conditioning_needs_no_sc_cfg_tokens_and_builds_a_student_called_without_it():
+    from elfreg.model.presets import student_from_config
+
+    with pytest.raises(ConfigError, match=r"^config error: flow.sc_prob: 0 \(no self-conditioning\) needs "
+                                          r"model.cfg_tokens: 0"):
+        Config.from_dict({"flow": {"sc_prob": 0.0}})
+    small = {"width": 32, "depth": 2, "heads": 2, "repa_block": 1, "projector_hidden": 16, "time_freq_dim": 8}
+    without = Config.from_dict({"flow": {"sc_prob": 0.0}, "model": {**small, "cfg_tokens": 0}})
+    assert not student_from_config(without, 8, 20, 12).self_conditioning
+    assert student_from_config(Config.from_dict({"model": small}), 8, 20, 12).self_conditioning

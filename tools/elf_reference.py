@@ -22,12 +22,20 @@ random weights, and writes into ``--out``:
   logit-normal grid), ``"cond_seq"``, ``"cond_seq_mask"``, ``"final_latent"``, ``"decoded_ids"``.
   With ``--conditional`` a second trace at prompt CFG 2 has every key prefixed ``cfg2.``.
   Metadata: ``cfg_scale``, ``self_cond_cfg_scale``, ``steps``, ``seed``, ``conditional``.
+- ``sampler_sde.safetensors``: ELF's loop with its SDE step (``sampling_method: sde``), two traces
+  of the same keys prefixed ``0.`` (γ 1.5) and ``1.`` (γ 1.0; prompt CFG 2 with
+  ``--conditional``), each from its own grid and noise seeds, plus ``"{i}.sde_noise"``
+  (K − 2, B, S, C): the noise σ·ε that ELF's SDE step drew at each of its steps, in its order
+  (replayed from the generator's state; the script checks that it accounts for every draw).
+  Metadata: ``"{i}.method"``, ``"{i}.gamma"``, ``"{i}.cfg_scale"``, ``"{i}.grid_seed"``,
+  ``"{i}.noise_seed"`` and the common keys.
 
 ELF's code needs ``einops`` (``pip install einops``; elfreg does not). Usage::
 
     python tools/elf_reference.py --elf ../ELF --out /tmp/elf-ref [--seed 0] [--depth 2] [--width 32]
         [--heads 4] [--enc-dim 16] [--vocab 40] [--bottleneck 8] [--time-tokens 4] [--cfg-tokens 4]
         [--mode-tokens 4] [--max-length 12] [--batch 3] [--sampler-steps 5] [--conditional]
+        [--self-cond-prob 0.5]
 """
 
 from __future__ import annotations
@@ -94,7 +102,7 @@ def training_yaml(args: argparse.Namespace) -> dict[str, Any]:
         "num_time_tokens": args.time_tokens, "num_self_cond_cfg_tokens": args.cfg_tokens,
         "num_model_mode_tokens": args.mode_tokens, "denoiser_p_mean": -1.5, "denoiser_p_std": 0.8,
         "denoiser_noise_scale": 2.0, "t_eps": 0.05, "time_schedule": "logit_normal", "decoder_prob": 0.2,
-        "decoder_noise_scale": 1.0, "decoder_p_mean": 0.8, "decoder_p_std": 0.8, "self_cond_prob": 0.5,
+        "decoder_noise_scale": 1.0, "decoder_p_mean": 0.8, "decoder_p_std": 0.8, "self_cond_prob": args.self_cond_prob,
         "self_cond_cfg_min": 0.5, "self_cond_cfg_max": 5.0, "optimizer": "muon", "blr": 0.001,
         "global_batch_size": 512, "warmup_steps": 5000, "weight_decay": 0.0, "ema_decay1": 0.9999,
         "seed": args.seed,
@@ -158,10 +166,11 @@ class Recorder(torch.nn.Module):
 
 
 def sampler_trace(elf: SimpleNamespace, model: torch.nn.Module, args: argparse.Namespace, cfg_scale: float,
-                  generator: torch.Generator) -> dict[str, torch.Tensor]:
+                  generator: torch.Generator, grid_seed: int, method: str = "ode", gamma: float = 0.0
+                  ) -> dict[str, torch.Tensor]:
     """ELF's sampling loop on one batch, every model call recorded (see the module docstring)."""
     b, s, c = 2, args.max_length, args.enc_dim
-    torch.manual_seed(args.seed + 1)  # get_sampling_steps draws from the global generator
+    torch.manual_seed(grid_seed)  # get_sampling_steps draws from the global generator
     t_steps = elf.sampling_steps(n_steps=args.sampler_steps, time_schedule="logit_normal", P_mean=-1.5, P_std=0.8)
     z0 = torch.randn((b, s, c), generator=generator) * 2.0
     cond_seq = torch.zeros((b, s, c))
@@ -170,10 +179,12 @@ def sampler_trace(elf: SimpleNamespace, model: torch.nn.Module, args: argparse.N
         cond_seq = torch.randn((b, s, c), generator=generator)
         for row, length in enumerate((2, 3)):
             cond_mask[row, :length] = 1
-    config = SimpleNamespace(t_eps=0.05, self_cond_prob=0.5, num_self_cond_cfg_tokens=args.cfg_tokens,
+    config = SimpleNamespace(t_eps=0.05, self_cond_prob=args.self_cond_prob, num_self_cond_cfg_tokens=args.cfg_tokens,
                              denoiser_noise_scale=2.0, use_bf16=False)
-    sampling = SimpleNamespace(sampling_method="ode", sde_gamma=0.0)
+    sampling = SimpleNamespace(sampling_method=method, sde_gamma=gamma)
     recorder = Recorder(model)
+    draws = torch.Generator()
+    draws.set_state(generator.get_state())  # replays what ELF's SDE step draws from the generator
     with torch.no_grad():
         latent = elf.generate(model=recorder, generator=generator, z=z0, t_steps=t_steps,
                               cond_seq=cond_seq if args.conditional else None,
@@ -183,6 +194,11 @@ def sampler_trace(elf: SimpleNamespace, model: torch.nn.Module, args: argparse.N
                          self_cond_cfg_scale=args.sc_cfg)
     out = {"z0": z0, "t_steps": t_steps, "cond_seq": cond_seq, "cond_seq_mask": cond_mask,
            "final_latent": latent, "decoded_ids": ids.long()}
+    if method == "sde":
+        steps = t_steps.numel() - 2  # ELF's last step is an ODE step
+        out["sde_noise"] = torch.stack([torch.randn(z0.shape, generator=draws) * 2.0 for _ in range(steps)])
+    if not torch.equal(draws.get_state(), generator.get_state()):
+        raise SystemExit("ELF's sampler drew noise the trace does not account for")
     for k, call in enumerate(recorder.calls):
         out.update({f"call{k}.{name}": value for name, value in call.items()})
     return out
@@ -199,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--sc-cfg", type=float, default=3.0, help="SC-CFG scale of the sampler trace")
     p.add_argument("--conditional", action="store_true", help="a conditional model: prompts in the trace")
+    p.add_argument("--self-cond-prob", type=float, default=0.5,
+                   help="ELF's self_cond_prob (0: a model trained and sampled without self-conditioning)")
     args = p.parse_args(argv)
     elf = load_elf(args.elf.resolve())
     torch.manual_seed(args.seed)
@@ -228,15 +246,26 @@ def main(argv: list[str] | None = None) -> int:
                   metadata={"weights": weights, **common})
         print(f"wrote {path}")
     model.load_state_dict(params)
-    trace = sampler_trace(elf, model, args, 1.0, torch.Generator().manual_seed(args.seed + 3))
+    trace = sampler_trace(elf, model, args, 1.0, torch.Generator().manual_seed(args.seed + 3), args.seed + 1)
     meta = {"cfg_scale": "1.0", "self_cond_cfg_scale": str(args.sc_cfg), "steps": str(args.sampler_steps),
             "conditional": str(args.conditional), **common}
     if args.conditional:
-        guided = sampler_trace(elf, model, args, 2.0, torch.Generator().manual_seed(args.seed + 3))
+        guided = sampler_trace(elf, model, args, 2.0, torch.Generator().manual_seed(args.seed + 3), args.seed + 1)
         trace.update({f"cfg2.{k}": v for k, v in guided.items()})
         meta["cfg2.cfg_scale"] = "2.0"
     save_file({k: v.contiguous() for k, v in trace.items()}, str(args.out / "sampler.safetensors"), metadata=meta)
     print(f"wrote {args.out / 'sampler.safetensors'}")
+    sde: dict[str, torch.Tensor] = {}
+    sde_meta = {"self_cond_cfg_scale": str(args.sc_cfg), "steps": str(args.sampler_steps), **common}
+    for i, (gamma, cfg_scale) in enumerate(((1.5, 1.0), (1.0, 2.0 if args.conditional else 1.0))):
+        grid_seed, noise_seed = args.seed + 10 + i, args.seed + 20 + i
+        one = sampler_trace(elf, model, args, cfg_scale, torch.Generator().manual_seed(noise_seed), grid_seed,
+                            "sde", gamma)
+        sde.update({f"{i}.{k}": v.contiguous() for k, v in one.items()})
+        sde_meta.update({f"{i}.method": "sde", f"{i}.gamma": str(gamma), f"{i}.cfg_scale": str(cfg_scale),
+                         f"{i}.grid_seed": str(grid_seed), f"{i}.noise_seed": str(noise_seed)})
+    save_file(sde, str(args.out / "sampler_sde.safetensors"), metadata=sde_meta)
+    print(f"wrote {args.out / 'sampler_sde.safetensors'}")
     return 0
 
 

@@ -52,9 +52,9 @@ class Shape:
         return Config.from_dict({
             "text": {"canvas_len": self.canvas, "prompt_cap": self.prompt},
             "model": {"width": self.width, "depth": self.depth, "heads": self.heads, "repa_block": self.repa_block,
-                      "projector_hidden": self.projector_hidden, "time_freq_dim": self.time_freq_dim},
-            "loss": {"repa": reg, "extra_token": "reg" if reg else "none"},
-            "train": {"batch_size": self.batch, "steps": 1000, "warmup_steps": 10},
+                      "projector_hidden": self.projector_hidden, "time_freq_dim": self.time_freq_dim,
+                      "repa": reg, "extra_token": "reg" if reg else "none"},
+            "train": {"batch_size": self.batch, "steps": 1000, "warmup_steps": 10, "optimizer": "adamw"},
         })
 
 
@@ -72,7 +72,8 @@ def synthetic_batch(shape: Shape, device: torch.device, seed: int = 0) -> TrainB
     special = pos[None, :] >= (prompt_lens + answer_lens)[:, None]
     tokens[special] = 0
     prompt_mask = pos[None, :] < prompt_lens[:, None]
-    canvas = Canvas(tokens, prompt_mask, ~prompt_mask & ~special, special, prompt_lens).to(device)
+    canvas = Canvas(tokens, prompt_mask, ~prompt_mask & ~special, special, prompt_lens, prompt_lens + answer_lens
+                    ).to(device)
     x = torch.randn(b, length, shape.enc_dim, generator=g).to(device)
     teacher = TeacherTargets(repa=torch.randn(b, length, shape.teacher_dim, generator=g).to(device),
                              reg=torch.randn(b, shape.teacher_dim, generator=g).to(device),

@@ -53,6 +53,7 @@ from torch.distributed.checkpoint import FileSystemReader
 
 from .config import Config
 from .distributed import DistInfo
+from .folders import TEMPORARY_PREFIX, fsync_dir, fsync_files, temporary_sibling
 from .model.presets import student_from_config
 from .model.student import STUDENT_FORMAT, Student
 from .provenance import code_version
@@ -76,14 +77,6 @@ class CheckpointError(RuntimeError):
 
 class CheckpointWriteError(OSError):
     """A checkpoint could not be written (disk full, permissions); the previous one is intact."""
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
@@ -114,17 +107,29 @@ def _write_failure(err: BaseException, final: Path, root: Path) -> CheckpointWri
                                 f"could not write checkpoint {final}: {type(err).__name__}: {text.splitlines()[0]}")
 
 
+def write_weights(folder: Path, weights: dict[str, torch.Tensor], ema: dict[str, torch.Tensor],
+                  train_state: dict[str, Any] | None = None) -> None:
+    """A checkpoint folder's tensors in the one-process form: ``model.safetensors``,
+    ``ema.safetensors`` and, when given, ``train_state.pt``. Every writer of such a folder (a
+    training checkpoint, ``elfreg export``, ``elfreg import-elf``) writes them here."""
+    save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, folder / "model.safetensors")
+    save_file({k: v.detach().contiguous().cpu() for k, v in ema.items()}, folder / "ema.safetensors")
+    if train_state is not None:
+        torch.save(train_state, folder / "train_state.pt")
+
+
+def write_description(folder: Path, cfg: Config, meta: dict[str, Any]) -> None:
+    """A checkpoint folder's ``meta.json`` and ``config.yaml``."""
+    (folder / "meta.json").write_text(json.dumps(meta, indent=2))
+    cfg.save(folder / "config.yaml")
+
+
 def save_checkpoint(run_dir: Path, step: int, cfg: Config, model: torch.nn.Module,
                     ema_state: dict[str, torch.Tensor], train_state: dict[str, Any],
                     meta: dict[str, Any]) -> Path:
     """The one-process form: safetensors of the weights and EMA, ``train_state.pt``."""
-    def write(tmp: Path) -> None:
-        save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()},
-                  tmp / "model.safetensors")
-        save_file({k: v.contiguous().cpu() for k, v in ema_state.items()}, tmp / "ema.safetensors")
-        torch.save(train_state, tmp / "train_state.pt")
-
-    return write_checkpoint(run_dir, step, cfg, meta, write)
+    return write_checkpoint(run_dir, step, cfg, meta,
+                            lambda tmp: write_weights(tmp, model.state_dict(), ema_state, train_state))
 
 
 def write_checkpoint(run_dir: Path, step: int, cfg: Config, meta: dict[str, Any],
@@ -143,16 +148,12 @@ def write_checkpoint(run_dir: Path, step: int, cfg: Config, meta: dict[str, Any]
     err: BaseException | None = None
     try:
         if ranks.is_main:
-            root.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".tmp-{name}-"))
+            tmp = temporary_sibling(final)
         tmp = ranks.broadcast(tmp)
         write(tmp)
         if ranks.is_main:
-            (tmp / "meta.json").write_text(json.dumps({**meta, "step": step, "code": code_version()}, indent=2))
-            cfg.save(tmp / "config.yaml")
-            for f in (f for f in tmp.rglob("*") if f.is_file()):
-                with open(f, "rb+") as fh:
-                    os.fsync(fh.fileno())
+            write_description(tmp, cfg, {**meta, "step": step, "code": code_version()})
+            fsync_files(tmp)
     except Exception as e:
         err = e
     except BaseException:
@@ -188,7 +189,7 @@ def _publish(tmp: Path, final: Path, root: Path, name: str) -> None:
         os.rename(final, aside)  # kept for inspection, never deleted silently
         warnings.warn(f"{final} was broken ({problem}); moved aside to {aside.name}", CheckpointWarning, stacklevel=2)
     os.rename(tmp, final)
-    _fsync_dir(root)
+    fsync_dir(root)
     _write_text_atomic(root / "latest", name)
     for old in step_folders(root)[:-KEEP_LAST]:
         if not _kept(old):
@@ -280,7 +281,7 @@ def clean_temporaries(run_dir: str | Path) -> list[Path]:
     """Remove what interrupted saves left behind (``.tmp-step-*`` folders, ``.latest.*`` files);
     call only while holding the run folder's lock. Returns what was removed."""
     root = Path(run_dir) / "checkpoints"
-    stale = [*root.glob(".tmp-step-*"), *root.glob(".latest.*")] if root.is_dir() else []
+    stale = [*root.glob(f"{TEMPORARY_PREFIX}step-*"), *root.glob(".latest.*")] if root.is_dir() else []
     for p in stale:
         shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
     return stale

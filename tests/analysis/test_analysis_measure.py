@@ -31,8 +31,8 @@ def models(tiny_assets):
     cfg = tiny_config(tiny_assets, tiny_assets["encoder"].parent, sample={"sc_cfg": 1.0})
     frozen = load_frozen_text(cfg.text, with_teacher=False)
     torch.manual_seed(0)
-    mcfg = ModelConfig(width=32, depth=2, heads=2, repa_block=1, projector_hidden=16, time_freq_dim=16)
-    student = Student(mcfg, frozen.encoder.width, frozen.encoder.vocab_size, teacher_dim=48, repa=False)
+    mcfg = ModelConfig(width=32, depth=2, heads=2, repa_block=1, projector_hidden=16, time_freq_dim=16, repa=False)
+    student = Student(mcfg, frozen.encoder.width, frozen.encoder.vocab_size, teacher_dim=48)
     # clean predictions (and answers) depend on the noise
     torch.nn.init.normal_(student.final_layer.linear.weight, std=0.3)
     torch.nn.init.normal_(student.reg_head.linear.weight, std=0.3)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 from torch import nn
 
@@ -25,25 +26,31 @@ def _canvas(bsz: int, length: int, prompt_len: int) -> Canvas:
     prompt = pos < prompt_len
     return Canvas(tokens=torch.zeros(bsz, length, dtype=torch.long), prompt_mask=prompt, content_mask=~prompt,
                   special_mask=torch.zeros(bsz, length, dtype=torch.bool),
-                  prompt_lens=torch.full((bsz,), prompt_len))
+                  prompt_lens=torch.full((bsz,), prompt_len), lengths=torch.full((bsz,), length))
 
 
 class RecordingStudent(nn.Module):
-    """A student stand-in that records (z, w, reg, grad-enabled) of every call and returns a
-    prediction that depends on every input, so the objective's arithmetic runs as for a real one."""
+    """A student stand-in that records (z, self-conditioning, t, w, reg, grad-enabled) of every call
+    and returns a prediction that depends on every input, so the objective's arithmetic runs as for
+    a real one. Like the default student it has SC-CFG tokens and takes self-conditioning; it has
+    no REPA projector, and a REG token unless ``extra_token`` says otherwise."""
 
-    def __init__(self, d: int, d_r: int):
+    def __init__(self, d: int, d_r: int, cfg_tokens: int = 4, self_conditioning: bool = True,
+                 extra_token: str = "reg"):
         super().__init__()
         self.scale = nn.Parameter(torch.tensor(0.5))
         self.calls: list[SimpleNamespace] = []
         self.d_r = d_r
+        self.cfg = SimpleNamespace(cfg_tokens=cfg_tokens, repa=False, extra_token=extra_token)
+        self.self_conditioning = self_conditioning
 
     def forward(self, z, self_cond, t, w, prompt_mask, decode=None, reg=None, reg_self_cond=None, want_repa=False,
                 repa_positions=None):
-        self.calls.append(SimpleNamespace(z=z.detach().clone(), w=w.detach().clone(),
+        self.calls.append(SimpleNamespace(z=z.detach().clone(), w=w.detach().clone(), t=t.detach().clone(),
+                                          sc=None if self_cond is None else self_cond.detach().clone(),
                                           reg=None if reg is None else reg.detach().clone(),
                                           grad=torch.is_grad_enabled()))
-        x_hat = self.scale * (z + self_cond) * w[:, None, None] + t[:, None, None]
+        x_hat = self.scale * (z + (0 if self_cond is None else self_cond)) * w[:, None, None] + t[:, None, None]
         reg_hat = None if reg is None else self.scale * reg * w[:, None] + (
             0 if reg_self_cond is None else reg_self_cond)
         return SimpleNamespace(x_hat=x_hat, reg_hat=reg_hat, hidden=x_hat, repa=None)
@@ -58,7 +65,7 @@ def test_every_auxiliary_prediction_is_made_at_its_rows_w():
     batch = TrainBatch(canvas=canvas, x=torch.randn(bsz, length, d), teacher=teacher)
     student = RecordingStudent(d, d_r)
     flow = FlowConfig(decode_prob=0.0, sc_prob=0.5)
-    elf_reg_loss(student, batch, flow, LossConfig(repa=False, extra_token="reg"), torch.Generator().manual_seed(1))
+    elf_reg_loss(student, batch, flow, LossConfig(), torch.Generator().manual_seed(1))
 
     main = [c for c in student.calls if c.grad]
     aux = [c for c in student.calls if not c.grad]
@@ -83,6 +90,9 @@ class TabularGuidedField(nn.Module):
 
     def __init__(self, scales: list[float], d: int):
         super().__init__()
+        # w and q are inputs; no REPA projector, no extra token
+        self.cfg = SimpleNamespace(cfg_tokens=4, repa=False, extra_token="none")
+        self.self_conditioning = True
         self.register_buffer("scales", torch.tensor(scales))
         k = len(scales)
         self.a = nn.Parameter(torch.full((k, d), 0.3))
@@ -116,6 +126,7 @@ class AuxiliaryAtWOne(nn.Module):
     def __init__(self, inner: nn.Module):
         super().__init__()
         self.inner = inner
+        self.cfg, self.self_conditioning = inner.cfg, inner.self_conditioning
 
     def forward(self, z, self_cond, t, w, *args, **kwargs):
         if not torch.is_grad_enabled():
@@ -147,7 +158,7 @@ def _train_analytic(monkeypatch, wrap=lambda m: m) -> tuple[TabularGuidedField, 
     gen = torch.Generator().manual_seed(0)
     for _ in range(steps):
         x = mean + torch.randn(bsz, 2, d, generator=gen)
-        out = elf_reg_loss(net, TrainBatch(canvas, x), flow, LossConfig(repa=False, extra_token="none"), gen)
+        out = elf_reg_loss(net, TrainBatch(canvas, x), flow, LossConfig(), gen)
         opt.zero_grad()
         out.total.backward()
         opt.step()
@@ -189,3 +200,46 @@ def test_auxiliary_calls_at_w_one_would_train_a_weaker_guidance(monkeypatch):
     student, mean = _train_analytic(monkeypatch, wrap=AuxiliaryAtWOne)
     assert _guidance_errors(student, mean, lambda w: 2 - 1 / w)[3.0] < 0.03
     assert _guidance_errors(student, mean, lambda w: w)[3.0] > 0.3
+
+
+def _plain_batch(bsz: int = 16, length: int = 6, d: int = 4) -> TrainBatch:
+    torch.manual_seed(3)
+    return TrainBatch(canvas=_canvas(bsz, length, prompt_len=2), x=torch.randn(bsz, length, d))
+
+
+def _plain_target_loss(student: RecordingStudent, batch: TrainBatch, main: SimpleNamespace) -> torch.Tensor:
+    """L_ELF of the main pass against the plain target (x − z)/c_t, from the pass's own inputs."""
+    with torch.no_grad():
+        x_hat = student.scale * (main.z + (0 if main.sc is None else main.sc)) * main.w[:, None, None] \
+            + main.t[:, None, None]
+        c = (1 - main.t).clamp(min=0.05)[:, None, None]
+        err = ((x_hat - main.z) / c - (batch.x - main.z) / c).pow(2).mean(-1)
+        answer = batch.canvas.answer_mask
+        return (err * answer).sum() / answer.sum()
+
+
+def test_without_sc_cfg_tokens_the_target_is_plain_and_only_the_self_conditioning_input_is_made():
+    """ELF's training step for a model without SC-CFG tokens: the no-sc prediction as the
+    self-conditioning input of the rows with b = 1, no second auxiliary call, the plain target."""
+    batch, flow, loss = _plain_batch(), FlowConfig(decode_prob=0.0, sc_prob=0.5), LossConfig()
+    plain = RecordingStudent(4, 3, cfg_tokens=0, extra_token="none")
+    terms = elf_reg_loss(plain, batch, flow, loss, torch.Generator().manual_seed(5))
+    aux, (main,) = [c for c in plain.calls if not c.grad], [c for c in plain.calls if c.grad]
+    assert len(aux) == 1 and 0 < aux[0].z.shape[0] < 16  # the rows with b = 1 only
+    assert (main.sc[:, 2:] != 0).any(dim=(1, 2)).sum() == aux[0].z.shape[0]  # their input is that prediction
+    assert torch.allclose(terms.elf, _plain_target_loss(plain, batch, main), rtol=1e-5)
+    guided = RecordingStudent(4, 3, cfg_tokens=4, extra_token="none")  # same draws, w an input: guided target
+    guided_terms = elf_reg_loss(guided, batch, flow, loss, torch.Generator().manual_seed(5))
+    assert len([c for c in guided.calls if not c.grad]) == 2
+    assert not torch.allclose(guided_terms.elf, _plain_target_loss(guided, batch, guided.calls[-1]), rtol=1e-3)
+
+
+def test_without_self_conditioning_the_student_gets_z_alone_and_no_auxiliary_call():
+    batch, loss = _plain_batch(), LossConfig()
+    student = RecordingStudent(4, 3, cfg_tokens=0, self_conditioning=False, extra_token="none")
+    terms = elf_reg_loss(student, batch, FlowConfig(decode_prob=0.0, sc_prob=0.0), loss, torch.Generator())
+    (main,) = student.calls
+    assert main.grad and main.sc is None  # ELF's z-wide input: self_cond_proj bypassed
+    assert torch.allclose(terms.elf, _plain_target_loss(student, batch, main), rtol=1e-5)
+    with pytest.raises(ValueError, match="built without self-conditioning"):
+        elf_reg_loss(student, batch, FlowConfig(sc_prob=0.5), loss, torch.Generator())

@@ -1,7 +1,8 @@
 """ELF's checkpoints in elfreg: ``elfreg import-elf`` against files written by ELF's own code
 (tests/interop/fixtures/elf, made by tools/elf_reference.py): the network's outputs case by case
-for both weights, a check that fails when a reference moves, ELF's sampling loop followed step
-by step, and an imported checkpoint that samples and trains from."""
+for both weights, a check that fails when a reference moves, ELF's sampling loop (its Euler step
+and its SDE step, given its noise) followed call by call, for models with and without SC-CFG
+tokens and self-conditioning, and an imported checkpoint that samples and trains from."""
 
 from __future__ import annotations
 
@@ -10,11 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from elfreg.cli import main
-from elfreg.config import FlowConfig, SampleConfig
+from elfreg.config import Config, FlowConfig
 from elfreg.interop.elf_import import (
     elf_sizes,
     find_elf_checkpoint,
@@ -23,11 +23,14 @@ from elfreg.interop.elf_import import (
     rope_halves,
 )
 from elfreg.interop.elf_parity import check_parity
-from elfreg.sampling.network import CountingNetwork, StudentNetwork
-from elfreg.sampling.samplers import BatchContext, SamplerState, decode_rows, euler_move, follow_path
+from elfreg.interop.elf_trace import check_traces, read_traces, replay_trace
+from elfreg.sampling.network import StudentNetwork
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "elf"
-SETS = ["uncond", "cond"]
+# uncond, cond: ELF's defaults at two sizes; nocfg: no SC-CFG tokens (ELF guides self-conditioning
+# by a second call); nosc: no SC-CFG tokens and self_cond_prob 0 (no self-conditioning at all)
+SETS = ["uncond", "cond", "nocfg", "nosc"]
+FLOW = FlowConfig(sigma=2.0, c_min=0.05)  # ELF's denoiser_noise_scale and t_eps in the fixtures' YAMLs
 
 
 def _import(name: str, tmp_path: Path, weights: str = "ema", *overrides: str):
@@ -84,6 +87,20 @@ def test_sizes_come_from_the_tensors_not_the_yamls_model_name(tmp_path):
         _import("cond", tmp_path)  # the same --out again: refused, nothing overwritten
 
 
+def test_imports_take_elfs_task_settings_and_sampling_configs(tmp_path):
+    """ELF keeps a long prompt's first max_input_length tokens and reads gen_length = max_length −
+    max_input_length answer tokens; it samples conditional models with Euler at prompt CFG 2, and
+    unconditional ones with its SDE step (64 steps, γ 1.0, SC-CFG 3)."""
+    cond = Config.load(_import("cond", tmp_path)[0] / "config.yaml")
+    assert (cond.text.canvas_len, cond.text.prompt_cap, cond.text.prompt_truncation, cond.text.answer_cap) == (
+        10, 5, "right", 5)
+    assert (cond.sample.sampler, cond.sample.nfe, cond.sample.prompt_cfg) == ("full-span", 65, 2.0)
+    uncond = Config.load(_import("uncond", tmp_path)[0] / "config.yaml")
+    assert uncond.text.answer_cap == 0
+    assert (uncond.sample.sampler, uncond.sample.nfe, uncond.sample.sde_gamma, uncond.sample.sc_cfg) == (
+        "sde", 65, 1.0, 3.0)
+
+
 def test_the_rope_reordering_is_a_permutation_that_pairs_as_elf_does():
     order = rope_halves(8)
     assert order.tolist() == [0, 2, 4, 6, 1, 3, 5, 7]
@@ -91,65 +108,83 @@ def test_the_rope_reordering_is_a_permutation_that_pairs_as_elf_does():
     assert [(int(order[i]), int(order[i + 4])) for i in range(4)] == [(0, 1), (2, 3), (4, 5), (6, 7)]
 
 
-def _trace(name: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    path = FIXTURES / name / "sampler.safetensors"
-    with safe_open(str(path), "pt") as f:
-        meta = f.metadata() or {}
-    return load_file(str(path)), meta
+# (set, trace prefixes of sampler.safetensors, ELF's denoiser calls per trace): prompt CFG 2 and
+# ELF's self-conditioning guidance by calls each double them
+ODE_TRACES = [("uncond", {"(unprefixed)": 5}), ("cond", {"(unprefixed)": 5, "cfg2": 10}),
+              ("nocfg", {"(unprefixed)": 10}), ("nosc", {"(unprefixed)": 5, "cfg2": 10})]
 
 
-class _Recording:
-    """A network that logs every denoiser call's inputs (what ELF's model received)."""
-
-    def __init__(self, net):
-        self.net, self.reg_dim, self.calls = net, None, []
-
-    def denoise(self, z, q, t, w, prompt_mask, reg, reg_q):
-        self.calls.append((z.clone(), q.clone(), t.clone()))
-        return self.net.denoise(z, q, t, w, prompt_mask, reg, reg_q)
-
-    def decode(self, x, prompt_mask, reg, w):
-        return self.net.decode(x, prompt_mask, reg, w)
-
-
-@pytest.mark.parametrize("name, prefix", [("uncond", ""), ("cond", ""), ("cond", "cfg2.")])
-def test_full_span_follows_elfs_sampling_loop_step_by_step(name, prefix, tmp_path):
-    """Same initial noise, same grid: at every call elfreg's network input [y ; q] is ELF's, and
-    the decoded tokens are ELF's (with prompt CFG 2: ELF's two calls per step are elfreg's two row
-    groups of one call)."""
-    trace, meta = _trace(name)
-    get = lambda key: trace[prefix + key] if prefix + key in trace else trace[key]  # noqa: E731
+@pytest.mark.parametrize("name, calls", ODE_TRACES)
+def test_full_span_follows_elfs_sampling_loop_step_by_step(name, calls, tmp_path):
+    """Same initial noise, same grid: at every call elfreg's network input [y ; q] (y alone without
+    self-conditioning) is ELF's, and the decoded tokens are ELF's; ELF's calls of a step (prompt
+    CFG, self-conditioning guided by calls) are elfreg's row groups of one forward."""
     _, student = _import(name, tmp_path, "params")
-    z0, grid, cond, cond_mask = get("z0"), get("t_steps").double(), get("cond_seq"), get("cond_seq_mask") > 0
-    b, length, _ = z0.shape
-    cfg_scale = float(meta.get(prefix + "cfg_scale", meta.get("cfg_scale", 1.0)))
-    w = float(meta.get("self_cond_cfg_scale", 1.0))
-    sample = SampleConfig(sampler="full-span", nfe=grid.numel(), sc_cfg=w, prompt_cfg=cfg_scale)
-    recording = _Recording(StudentNetwork(student))
-    ctx = BatchContext(CountingNetwork(recording, b), sample, FlowConfig(sigma=2.0, c_min=0.05), cond.float(),
-                       cond_mask, None, torch.full((b,), w), None)
-    start = torch.where(cond_mask[..., None], cond, z0)
-    path = SamplerState(start.clone(), None, torch.where(cond_mask[..., None], cond, torch.zeros_like(z0)), None,
-                       torch.zeros(b, dtype=torch.long))
-    follow_path(ctx, path, grid.expand(b, -1), euler_move)
-    ids = decode_rows(ctx, path.y, None, None, None)
+    results = check_traces(student, FLOW, FIXTURES / name / "sampler.safetensors")
+    assert {r.name: r.calls for r in results} == calls
+    assert all(r.ok for r in results), [r.line() for r in results]
 
-    elf_calls = sorted({int(k[len(prefix):].split(".")[0][4:]) for k in trace if k.startswith(prefix + "call")})
-    per_step = 2 if cfg_scale != 1.0 else 1
-    assert len(elf_calls) == per_step * (grid.numel() - 1) + 1  # ... and the decode call
-    assert len(recording.calls) == grid.numel() - 1
-    scale = max(1.0, float(get("final_latent").abs().max()))
-    for step, (z, q, t) in enumerate(recording.calls):
-        for part in range(per_step):  # ELF: the conditional call, then (with CFG) the prompt-dropped one
-            k = per_step * step + part
-            x = trace[f"{prefix}call{k}.x"]
-            rows = slice(part * b, (part + 1) * b)
-            mine = torch.cat([z[rows], q[rows]], dim=-1)
-            assert torch.allclose(mine, x, atol=1e-4 * scale), (step, part, (mine - x).abs().max())
-            assert torch.allclose(t[rows].float(), trace[f"{prefix}call{k}.t"].float())
-    assert torch.allclose(path.y, get("final_latent"), atol=1e-4 * scale)
-    answer = ~cond_mask
-    assert torch.equal(ids[answer], get("decoded_ids")[answer])
+
+@pytest.mark.parametrize("name", SETS)
+def test_sde_follows_elfs_sde_loop_given_its_noise(name, tmp_path):
+    """ELF's SDE step (γ 1.5, and γ 1.0, with prompt CFG 2 for the conditional models), two seeds of
+    grid and noise per model, at three sizes: elfreg's SDE sampler, handed the noise ELF drew,
+    gives ELF's network inputs and times at every call, its final state and its tokens."""
+    _, student = _import(name, tmp_path, "params")
+    path = FIXTURES / name / "sampler_sde.safetensors"
+    traces = read_traces(path)
+    assert [(t["sde_noise"].shape[0], s["gamma"], s["method"]) for t, s in traces.values()] == [
+        (4, "1.5", "sde"), (4, "1.0", "sde")]
+    assert not torch.equal(traces["0."][0]["t_steps"], traces["1."][0]["t_steps"])  # two seeds
+    results = check_traces(student, FLOW, path)
+    assert [r.name for r in results] == ["0", "1"]
+    assert all(r.ok for r in results), [r.line() for r in results]
+
+
+def test_without_elfs_input_path_or_its_guidance_the_traces_fail(tmp_path):
+    """The two ways a model without SC-CFG tokens or self-conditioning could sample silently wrong."""
+    _, nosc = _import("nosc", tmp_path, "params")
+    assert not nosc.self_conditioning
+    trace, settings = read_traces(FIXTURES / "nosc" / "sampler.safetensors")[""]
+    unguided = {**settings, "self_cond_cfg_scale": "1.0"}  # ELF ignores w without self-conditioning
+    assert replay_trace(nosc, FLOW, trace, unguided).ok
+    nosc.self_conditioning = True  # q through self_cond_proj, as elfreg did before
+    assert not replay_trace(nosc, FLOW, trace, unguided).ok
+    _, nocfg = _import("nocfg", tmp_path, "params")
+    net = StudentNetwork(nocfg)
+    assert net.guides_self_conditioning
+    nocfg.cfg.cfg_tokens = 4  # claims w as an input: one call per step, unguided
+    with pytest.raises(ValueError, match="ELF made 11 calls, elfreg 6"):
+        check_traces(nocfg, FLOW, FIXTURES / "nocfg" / "sampler.safetensors")
+
+
+def test_a_moved_sde_trace_and_the_wrong_step_fail(tmp_path):
+    _, student = _import("uncond", tmp_path, "params")
+    trace, settings = read_traces(FIXTURES / "uncond" / "sampler_sde.safetensors")["0."]
+    moved = {**trace, "call2.x": trace["call2.x"].clone()}
+    moved["call2.x"].view(-1)[5] += 1e-2
+    result = replay_trace(student, FLOW, moved, settings)
+    assert not result.ok and 0.5e-2 < result.differences["inputs"] < 1.5e-2
+    assert result.differences["final_state"] <= result.limit  # only the moved reference differs
+    as_euler = replay_trace(student, FLOW, trace, {**settings, "gamma": "0"})  # the Euler step instead
+    assert not as_euler.ok and as_euler.differences["inputs"] > 100 * as_euler.limit
+    fewer = {**trace, "sde_noise": trace["sde_noise"][:2]}
+    with pytest.raises(ValueError, match="more noise than ELF drew"):
+        replay_trace(student, FLOW, fewer, settings)
+
+
+def test_import_elf_checks_traces_and_parity_files_in_one_command(tmp_path, capsys):
+    folder = FIXTURES / "cond"
+    args = ["import-elf", "--checkpoint", str(folder), "--elf-config", str(folder / "train.yml"), "--weights",
+            "params", "--check", str(folder / "parity_params.safetensors")]
+    for f in ("sampler.safetensors", "sampler_sde.safetensors"):
+        args += ["--check", str(folder / f)]
+    assert main([*args, "--out", str(tmp_path / "ok")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert sum(line.startswith("trace ") and line.endswith(": ok") for line in lines) == 4
+    assert "parity with" in lines[-1] and "2 of 2 traces" in lines[-1]
+    assert main([*args[:-2], "--check", str(FIXTURES / "uncond" / "sampler_sde.safetensors"),
+                 "--out", str(tmp_path / "other")]) == 2  # another model's trace: shapes refused
 
 
 def _tokenizer(folder: Path, size: int):

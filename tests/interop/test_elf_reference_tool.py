@@ -1,5 +1,6 @@
 """tools/elf_reference.py against an ELF checkout (``$ELF_CHECKOUT``; skipped without one): files
-made by ELF's code at sizes no fixture has pass ``import-elf --check`` for both weights."""
+made by ELF's code at sizes no fixture has pass ``import-elf --check`` for both weights, and its
+sampler traces (the Euler step and the SDE step, given ELF's noise) are followed call by call."""
 
 from __future__ import annotations
 
@@ -49,3 +50,7 @@ def test_elfs_own_files_at_unseen_sizes_pass_the_check(sizes, tmp_path):
         assert main(["import-elf", "--checkpoint", str(ref), "--elf-config", str(ref / "train.yml"),
                      "--out", str(tmp_path / weights), "--weights", weights,
                      "--check", str(ref / f"parity_{weights}.safetensors")]) == 0
+    # the traces are of the params weights: Euler (and prompt CFG 2) and the SDE step at two seeds
+    assert main(["import-elf", "--checkpoint", str(ref), "--elf-config", str(ref / "train.yml"),
+                 "--out", str(tmp_path / "traced"), "--weights", "params",
+                 "--check", str(ref / "sampler.safetensors"), "--check", str(ref / "sampler_sde.safetensors")]) == 0

@@ -1,6 +1,8 @@
 """The bf16 inference copy computes what bf16 autocast computes on the student (up to the order
 a CPU's bf16 kernels sum in), and follows the student's weights."""
 
+from dataclasses import replace
+
 import torch
 
 from elfreg.config import ModelConfig
@@ -13,7 +15,7 @@ CFG = ModelConfig(width=32, depth=2, heads=2, repa_block=1, projector_hidden=16,
 
 def _student(extra_token: str = "reg") -> Student:
     torch.manual_seed(5)
-    s = Student(CFG, 8, 50, 6, extra_token=extra_token, repa=True)
+    s = Student(replace(CFG, extra_token=extra_token, repa=True), 8, 50, 6)
     for p in s.parameters():
         torch.nn.init.normal_(p, std=0.3)
     return s

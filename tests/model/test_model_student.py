@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -16,6 +18,19 @@ def test_paper_presets_match_table7_within_1_percent(name):
     non_decoder, decoder = PAPER_COUNTS[name]
     assert abs(groups["non_decoder"] / non_decoder - 1) < 0.01
     assert abs(groups["decoder"] / decoder - 1) < 0.01
+
+
+def test_the_papers_elf_reg_l_count_adds_the_b_widths_projector_and_reg_token():
+    """Table 7's ELF-REG-L (652M) is ELF-L plus what REPA and REG add to ELF-B (14.69M): the
+    same modules at L's width 1280 hold 512 × (2,048 + 4,096 + 2,048) + 2 × 512 more, the
+    projector's first layer, REG's input (teacher state and its self-conditioning, 2 × 2,048 in)
+    and REG's output layer, plus REG's input bias and output norm: elfreg's 656.16M."""
+    count = {n: build_on_meta(n).parameter_groups()["non_decoder"] for n in PAPER_COUNTS}
+    added_b, added_l = count["elf-reg-b"] - count["elf-b"], count["elf-reg-l"] - count["elf-l"]
+    assert (added_b, added_l) == (14_689_792, 18_885_120)
+    assert added_l - added_b == (1280 - 768) * (2048 + 2 * 2048 + 2048) + 2 * (1280 - 768)
+    assert round((count["elf-l"] + added_b) / 1e6) == PAPER_COUNTS["elf-reg-l"][0] / 1e6 == 652
+    assert round(count["elf-reg-l"] / 1e6) == 656
 
 
 def test_presets_are_built_on_meta_and_projector_is_training_only():
@@ -86,7 +101,7 @@ def test_the_decode_gate_switches_only_the_mode_tokens():
 
 
 def test_attention_is_bidirectional():
-    student = Student(SMALL, enc_dim=8, vocab_size=20, teacher_dim=None, extra_token="none", repa=False)
+    student = Student(replace(SMALL, extra_token="none", repa=False), enc_dim=8, vocab_size=20, teacher_dim=None)
     for p in student.parameters():
         torch.nn.init.normal_(p, std=0.2)
     inp = _inputs()
@@ -131,7 +146,7 @@ def test_params_cli_counts_a_paper_config_offline(capsys):
 def test_reg_can_be_dropped_at_inference():
     torch.manual_seed(0)
     cfg = ModelConfig(width=32, depth=2, heads=2, repa_block=1, projector_hidden=16, time_freq_dim=16)
-    student = Student(cfg, 8, 11, teacher_dim=6, extra_token="reg", repa=True).eval()
+    student = Student(cfg, 8, 11, teacher_dim=6).eval()
     torch.nn.init.normal_(student.final_layer.linear.weight, std=0.3)
     z, q = torch.randn(2, 5, 8), torch.randn(2, 5, 8)
     t, w = torch.tensor([0.2, 0.7]), torch.full((2,), 2.0)

@@ -1,6 +1,8 @@
 """Cache-sized chunks of samples through the blocks: the rule, and that chunked calls compute the
 whole batch's values bit for bit in fp32 and bf16."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -16,7 +18,7 @@ LENGTH = 128  # + 4 prefix tokens: 132 rows a sample, so MIN_ROWS allows chunks 
 
 def _student(extra_token: str = "reg") -> Student:
     torch.manual_seed(3)
-    s = Student(CFG, 8, 50, 6, extra_token=extra_token, repa=True)
+    s = Student(replace(CFG, extra_token=extra_token, repa=True), 8, 50, 6)
     for p in s.parameters():
         torch.nn.init.normal_(p, std=0.3)
     return s.eval()
@@ -32,27 +34,20 @@ def _inputs(b: int = 9):
 @pytest.mark.parametrize("bf16", [False, True])
 @pytest.mark.parametrize("extra_token", ["reg", "learned"])
 def test_chunks_of_samples_compute_the_whole_batch_bit_for_bit(bf16, extra_token):
+    """The sampling network runs the student's stages with the blocks on chunks of samples: its
+    denoise and decode calls give what the student's forward gives on the whole batch."""
     student = _student(extra_token)
     z, q, t, w, mask, reg = _inputs()
     reg = reg if extra_token == "reg" else None
-    decode = torch.tensor([True, False] * 4 + [True])
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        whole = student(z, q, t, w, mask, decode=decode, reg=reg)
-        for sizes in ([1] * 9, [2, 2, 2, 2, 1], [4, 5], [8, 1]):
-            part = student(z, q, t, w, mask, decode=decode, reg=reg, sample_chunks=sizes)
-            assert torch.equal(part.x_hat, whole.x_hat) and torch.equal(part.hidden, whole.hidden)
-            if reg is not None:
-                assert torch.equal(part.reg_hat, whole.reg_hat)
-
-
-def test_chunks_are_refused_where_the_forward_needs_the_whole_body():
-    student = _student()
-    z, q, t, w, mask, reg = _inputs()
-    with pytest.raises(ValueError, match="sample_chunks"):
-        student(z, q, t, w, mask, reg=reg, want_repa=True, sample_chunks=[4, 5])
-    for bad in ([4, 4], [9, 0], [5, 5]):  # sizes that lose, or invent, samples
-        with pytest.raises(ValueError, match="summing to the batch"):
-            student(z, q, t, w, mask, reg=reg, sample_chunks=bad)
+    chunked, whole = StudentNetwork(student, bf16), StudentNetwork(student, bf16, cache_chunks=False)
+    expected = whole.denoise(z, q, t, w, mask, reg, reg), whole.decode_hidden(z, mask, reg, w)
+    assert whole.sample_chunks(z) is None
+    for sizes in ([1] * 9, [2, 2, 2, 2, 1], [4, 5], [8, 1]):
+        chunked.sample_chunks = lambda x, sizes=sizes: sizes
+        (x_hat, reg_hat), hidden = chunked.denoise(z, q, t, w, mask, reg, reg), chunked.decode_hidden(z, mask, reg, w)
+        assert torch.equal(x_hat, expected[0][0]) and torch.equal(hidden, expected[1])
+        if reg is not None:
+            assert torch.equal(reg_hat, expected[0][1])
 
 
 def test_the_rule_chunks_batches_well_past_the_cache_into_even_halves_of_it():
@@ -108,17 +103,17 @@ def test_the_network_chunks_a_large_batch_and_predicts_the_same(bf16, monkeypatc
     net, whole = StudentNetwork(student, bf16=bf16), StudentNetwork(student, bf16=bf16, cache_chunks=False)
     assert net.sample_chunks(z) == [3, 3, 3] and whole.sample_chunks(z) is None  # 4 fit: 3 + 3 + 3
     assert StudentNetwork(student, compile=True).sample_chunks(z) is None
-    bodies, body = [], Student._body
+    bodies, body = [], Student.run_blocks
 
-    def counted(self, h, cos, sin):
+    def counted(self, h, *args, **kwargs):
         bodies.append(h.shape[0])
-        return body(self, h, cos, sin)
+        return body(self, h, *args, **kwargs)
 
-    monkeypatch.setattr(Student, "_body", counted)
+    monkeypatch.setattr(Student, "run_blocks", counted)
     chunked = net.denoise(z, q, t, w, mask, reg, reg), net.decode(z, mask, reg, w)
     assert bodies == [3, 3, 3] * 2
     reference = whole.denoise(z, q, t, w, mask, reg, reg), whole.decode(z, mask, reg, w)
-    assert bodies == [3, 3, 3] * 2  # the whole batch does not go through the chunked path
+    assert bodies == [3, 3, 3] * 2 + [9, 9]  # the whole batch goes through the blocks in one piece
     for a, b in zip(chunked[0], reference[0], strict=True):
         assert torch.equal(a, b)
     assert torch.equal(chunked[1], reference[1])

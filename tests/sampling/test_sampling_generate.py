@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -20,9 +22,10 @@ def frozen(tiny_assets):
 
 def _random_student(frozen, extra_token="reg", seed=0):
     torch.manual_seed(seed)
-    cfg = ModelConfig(width=32, depth=2, heads=2, repa_block=1, projector_hidden=16, time_freq_dim=16)
+    cfg = ModelConfig(width=32, depth=2, heads=2, repa_block=1, projector_hidden=16, time_freq_dim=16, repa=False,
+                      extra_token=extra_token)
     student = Student(cfg, frozen.encoder.width, frozen.encoder.vocab_size,
-                      teacher_dim=48 if extra_token == "reg" else None, extra_token=extra_token, repa=False)
+                      teacher_dim=48 if extra_token == "reg" else None)
     # non-zero output heads, so clean predictions (and decoded answers) depend on the noise; the
     # decoder head's biases start at zero, where EOS seldom wins: a small EOS bias gives answers
     # of varied lengths, as a trained model's
@@ -39,7 +42,7 @@ def student(frozen):
     return _random_student(frozen)
 
 
-SAMPLE_FIELDS = {"sampler", "nfe", "rho", "sc_cfg", "prompt_cfg", "renoise_eta", "renoise_power",
+SAMPLE_FIELDS = {"sampler", "nfe", "rho", "sc_cfg", "prompt_cfg", "renoise_eta", "renoise_power", "sde_gamma",
                  "adaptive_patience", "adaptive_interval", "trim", "trim_interval", "trim_patience", "trim_margin"}
 
 
@@ -50,7 +53,7 @@ def _gen(student, frozen, prompts, record_trajectory=False, record_every=1, **kw
                     **kw)
 
 
-@pytest.mark.parametrize("sampler", ["early-stop", "full-span", "renoise", "adaptive"])
+@pytest.mark.parametrize("sampler", ["early-stop", "full-span", "renoise", "adaptive", "sde"])
 def test_batch_invariance_across_prompt_lengths(student, frozen, sampler):
     batched = _gen(student, frozen, PROMPTS, sampler=sampler, samples=2, seed=11, batch_size=6,
                    adaptive_interval=1, adaptive_patience=1)
@@ -58,6 +61,15 @@ def test_batch_invariance_across_prompt_lengths(student, frozen, sampler):
         alone = _gen(student, frozen, [PROMPTS[r.prompt_index]], sampler=sampler, samples=1,
                      seed=11 + r.sample_index, adaptive_interval=1, adaptive_patience=1)[0]
         assert (alone.tokens, alone.nfe, alone.seed) == (r.tokens, r.nfe, r.seed)
+
+
+def test_an_answer_cap_reads_the_first_tokens_of_the_answer_region_as_elfs_gen_length(student, frozen):
+    full = _gen(student, frozen, PROMPTS, samples=2, seed=3)
+    capped = _gen(student, replace(frozen, canvas=replace(frozen.canvas, answer_cap=3)), PROMPTS, samples=2, seed=3)
+    assert any(len(r.tokens) > 3 for r in full)  # the cap cuts some answers
+    for whole, cut in zip(full, capped, strict=True):
+        assert cut.tokens == whole.tokens[:3]
+        assert cut.ended == (len(whole.tokens) < 3 and whole.ended)
 
 
 def test_canvas_trimming_on_a_student_is_batch_invariant_and_pays_for_its_checks(student, frozen):
@@ -77,7 +89,7 @@ def test_a_demo_width_student_answers_the_same_in_small_and_large_cpu_batches(fr
     # on a CPU in fp32 the batch must not move an answer
     torch.manual_seed(3)
     cfg = ModelConfig(width=128, depth=4, heads=2, repa_block=2, projector_hidden=16, time_freq_dim=64)
-    wide = Student(cfg, frozen.encoder.width, frozen.encoder.vocab_size, teacher_dim=48, repa=False).eval()
+    wide = Student(replace(cfg, repa=False), frozen.encoder.width, frozen.encoder.vocab_size, teacher_dim=48).eval()
     torch.nn.init.normal_(wide.final_layer.linear.weight, std=0.3)
     torch.nn.init.normal_(wide.reg_head.linear.weight, std=0.3)
     prompts = [f"what is {a}+{b}?" for a in range(8) for b in range(8)]

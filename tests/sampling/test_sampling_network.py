@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -12,7 +14,7 @@ CFG = ModelConfig(width=32, depth=2, heads=2, repa_block=1, projector_hidden=16,
 @pytest.fixture
 def student():
     torch.manual_seed(3)
-    s = Student(CFG, 8, 5, 6, extra_token="reg", repa=False)
+    s = Student(replace(CFG, repa=False), 8, 5, 6)
     for p in s.parameters():
         torch.nn.init.normal_(p, std=0.5)
     with torch.no_grad():  # make EOS (id 0) likely enough that answers end at various lengths

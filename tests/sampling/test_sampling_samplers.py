@@ -229,3 +229,84 @@ def test_renoise_parts_take_the_grid_and_the_move_apart(mode):
         expect = t1 * x_hat + (1 - t1) * eta * SIGMA * torch.randn((10, 6), generator=g)
     assert torch.allclose(second["z"][0][~mask[0]], expect[~mask[0]], atol=1e-5)
     assert torch.equal(second["z"][mask], states[mask])
+
+
+def test_sde_steps_back_with_fresh_noise_then_moves_by_eq12_and_its_last_step_is_euler():
+    """ELF's SDE step: α_j = clip(1 − γ·h_j, 0, 1), the call at (α_j·y_j + (1 − α_j)·σ·ξ_j, α_j·t_j),
+    Eq. 12 from α_j·t_j to t_{j+1}; one text and one REG draw per step but the last."""
+    nfe, seed, gamma = 6, 5, 1.5
+    out, net, states, mask, target, x_hat, reg_hat = _run("sde", nfe=nfe, seeds=(seed,), sde_gamma=gamma)
+    assert out.denoiser_calls.item() == nfe - 1 and out.decoder_calls.item() == 1 and out.exit_time.item() == 1.0
+    grid = master_grid(nfe, 1, grid_generator(seed))  # full-span's (ELF's) grid
+    y, r, g = _initial_noise(seed)
+    answer = ~mask[0]
+    for j, call in enumerate(net.denoise_log):
+        t, t_next = grid[j].item(), grid[j + 1].item()
+        if j < nfe - 2:
+            alpha = min(1.0, max(0.0, 1 - gamma * (t_next - t)))
+            xi, xr = torch.randn((10, 6), generator=g), torch.randn((4,), generator=g)
+            y, r, t = alpha * y + (1 - alpha) * SIGMA * xi, alpha * r + (1 - alpha) * SIGMA * xr, alpha * t
+        assert call["t"][0].item() == pytest.approx(t, abs=1e-7)
+        assert torch.allclose(call["z"][0][answer], y[answer], atol=1e-5)
+        assert torch.allclose(call["reg"][0], r, atol=1e-5)
+        assert torch.equal(call["z"][mask], states[mask])  # the prompt stays clean
+        y = y + (t_next - t) * (x_hat - y) / max(1 - t, 0.05)
+        r = r + (t_next - t) * (reg_hat - r) / max(1 - t, 0.05)
+    assert torch.allclose(net.decode_log[0]["x"][0][answer], y[answer], atol=1e-5)  # the final state
+    assert torch.equal(out.token_ids[0][answer], target[answer])
+
+
+def test_sde_at_gamma_zero_is_full_span_and_its_noise_is_per_sample():
+    full, full_net, *_ = _run("full-span", nfe=7, seeds=(2, 3))
+    flat, flat_net, *_ = _run("sde", nfe=7, seeds=(2, 3), sde_gamma=0.0)
+    assert all(torch.equal(a["z"], b["z"]) and torch.equal(a["t"], b["t"])
+               for a, b in zip(full_net.denoise_log, flat_net.denoise_log, strict=True))
+    churned, churned_net, *_ = _run("sde", nfe=7, seeds=(2, 3), sde_gamma=1.0)
+    assert not torch.equal(churned_net.denoise_log[1]["z"], full_net.denoise_log[1]["z"])
+    other, other_net, *_ = _run("sde", nfe=7, seeds=(9, 3), sde_gamma=1.0)  # seed 3's row beside another seed
+    assert all(torch.equal(a["z"][1], b["z"][1]) for a, b in zip(churned_net.denoise_log, other_net.denoise_log,
+                                                                 strict=True))
+    assert not torch.equal(churned_net.denoise_log[1]["z"][0], other_net.denoise_log[1]["z"][0])
+    with pytest.raises(ConfigError, match="sample.sde_gamma"):
+        SampleConfig(sampler="sde", sde_gamma=-0.5).validate()
+
+
+class _SelfConditionedNetwork(FixedNetwork):
+    """x̂ = base + 2·q at answer positions, w not an input (no SC-CFG tokens): guided by calls."""
+
+    guides_self_conditioning = True
+
+    def prediction(self, z, prompt_mask, q=None):
+        return torch.where(prompt_mask[..., None], z, super().prediction(z, prompt_mask) + 2 * q)
+
+    def denoise(self, z, q, t, w, prompt_mask, reg, reg_q):
+        self.denoise_log.append(self._clone(z=z, q=q, t=t, w=w, prompt_mask=prompt_mask))
+        return self.prediction(z, prompt_mask, q), None
+
+
+@pytest.mark.parametrize("prompt_cfg", [1.0, 2.0])
+def test_a_network_without_w_as_input_is_guided_by_a_second_call_as_elfs_sampler_does(prompt_cfg):
+    """ELF's _forward_sample_self_cond for a model without SC-CFG tokens: the row with zero
+    self-conditioning first, then the row with q, d = d(0) + w·(d(q) − d(0)); one more call per row."""
+    states, mask, _, x_hat, codebook, _ = make_problem(batch=2, d_r=None)
+    net = _SelfConditionedNetwork(x_hat, codebook)
+    w = 3.0
+    out = run_sampler(net, states, mask, [0, 1], SampleConfig(sampler="full-span", nfe=4, sc_cfg=w,
+                                                              prompt_cfg=prompt_cfg))
+    per_step = 2 * (2 if prompt_cfg != 1.0 else 1)
+    assert out.denoiser_calls.tolist() == [3 * per_step] * 2 and out.decoder_calls.tolist() == [1, 1]
+    # rows of a forward: per prompt branch, zero self-conditioning then q (ELF's call order)
+    second, third = net.denoise_log[1], net.denoise_log[2]
+    assert second["z"].shape[0] == 2 * per_step
+    zero_q = second["q"][:2]
+    assert torch.all(zero_q[~mask] == 0) and torch.equal(zero_q[mask], states[mask])  # the prompt kept
+    # guided: d = x̂ + 2·w·q; q_0 = 0 gives d_0 = x̂, so the third call's q is x̂ + 2·w·x̂
+    answer = ~mask
+    assert torch.allclose(second["q"][2:4][answer], x_hat.expand(2, -1, -1)[answer])
+    assert torch.allclose(third["q"][2:4][answer], ((1 + 2 * w) * x_hat).expand(2, -1, -1)[answer], atol=1e-4)
+    if prompt_cfg != 1.0:  # the dropped branch: no prompt in the state or in either q
+        assert torch.all(second["z"][4:6][mask] == 0) and torch.all(second["q"][4:6] == 0)
+    unguided = _SelfConditionedNetwork(x_hat, codebook)
+    run_sampler(unguided, states, mask, [0, 1], SampleConfig(sampler="full-span", nfe=4, sc_cfg=1.0,
+                                                             prompt_cfg=prompt_cfg))
+    assert unguided.denoise_log[0]["z"].shape[0] == 2 * (per_step // 2)  # w = 1: ELF makes the one call

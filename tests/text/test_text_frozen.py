@@ -46,6 +46,11 @@ def test_overflow_policy_is_applied_and_counted(tok):
     assert builder.stats.as_dict() == {"examples": 2, "prompts_truncated": 1, "answers_truncated": 1}
     inference = builder.build(["ab"])
     assert torch.all(inference.tokens[0, 2:] == tok.eos_token_id) and not inference.content_mask.any()
+    assert c.lengths.tolist() == [6, 10] and inference.lengths.tolist() == [2]
+    elf = CanvasBuilder(tok, canvas_len=10, prompt_cap=4, prompt_truncation="right")  # ELF's: the start kept
+    assert tok.decode(elf.build(["abcdefg"], ["12"]).tokens[0, :4]) == "abcd"
+    with pytest.raises(ValueError, match="prompt_truncation"):
+        CanvasBuilder(tok, canvas_len=10, prompt_cap=4, prompt_truncation="middle")
 
 
 def test_encoder_states_are_standardised_and_prompt_states_independent_of_answer(tiny_assets, tok):
@@ -192,6 +197,11 @@ def test_a_t5_encoder_is_read_at_its_output_with_elfs_mask_and_global_standardis
         FrozenEncoder(model, layer=1)
     # an unconditional canvas (no prompt, no answer yet) reads without NaN
     assert torch.isfinite(enc.encode_canvas(builder.build([""]))).all()
+    # an EOS inside the answer is one of its tokens, seen as ELF's is_valid sees it; the padding is not
+    eos = tok.eos_token_id
+    inner = builder.build_ids([tok("ab")["input_ids"]], [tok("x")["input_ids"] + [eos] + tok("y")["input_ids"]])
+    assert t5_attention_mask(inner)[0, 0, 5].tolist() == [True] * 5 + [False] * 7
+    assert inner.special_mask[0, 3] and not inner.content_mask[0, 3]  # still no REPA target there
 
 
 def test_a_causal_encoder_can_be_read_at_its_output(tiny_assets, tok):

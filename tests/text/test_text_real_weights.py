@@ -74,7 +74,8 @@ def _config(model: Path, data: Path, out: Path, **train_cfg) -> Config:
         "model": {"width": 128, "depth": 2, "heads": 2, "repa_block": 1, "projector_hidden": 256,
                   "time_freq_dim": 64},
         "data": {"source": "jsonl", "path": str(data), "prompt_field": "question", "answer_field": "answer"},
-        "train": {"steps": 60, "batch_size": 8, "lr": 2e-3, "warmup_steps": 5, "ema_decay": 0.0,
+        "train": {"steps": 60, "batch_size": 8, "optimizer": "adamw", "lr": 2e-3, "schedule": "cosine",
+                  "warmup_steps": 5, "ema_decay": 0.0,
                   "feature_cache": True, "out_dir": str(out), "ckpt_every": 60, "log_every": 10,
                   "progress": False, "device": "cpu", "precision": "fp32", **train_cfg},
     })

@@ -45,11 +45,12 @@ def test_cells_of_a_small_plan_in_order_with_stable_ids(tmp_path):
 
 def test_models_and_samplers_are_changes_to_the_base(tmp_path):
     plan = write_plan(tmp_path, models=["elf", "repa", "elf-reg", "olt", "shift1", "wide"],
-                      model_defs={"wide": {"model": {"width": 96}, "loss.repa": False}},
+                      model_defs={"wide": {"model": {"width": 96}, "model.repa": False}},
                       samplers=["full-span", "renoise-schedule", "reg-off", "es16"],
                       sampler_defs={"es16": {"sampler": "early-stop", "rho": 16}}, base={"model": {"width": 48}})
     study = load_plan(plan)
-    switches = {n: (c.loss.repa, c.loss.extra_token, c.text.repa_shift, c.model.width) for n, c in study.models.items()}
+    switches = {n: (c.model.repa, c.model.extra_token, c.text.repa_shift, c.model.width)
+                for n, c in study.models.items()}
     assert switches == {"elf": (False, "none", 0, 48), "repa": (True, "none", 0, 48), "elf-reg": (True, "reg", 0, 48),
                         "olt": (True, "learned", 0, 48), "shift1": (True, "reg", 1, 48),
                         "wide": (False, "reg", 0, 96)}
@@ -95,12 +96,12 @@ def test_the_shipped_plans_load():
     ({"sampels": [0]}, "config error: sampels: unknown key (known: base, model_defs,"),
     ({"samplers": ["early-stop", "ddim"]}, "config error: samplers[1]: unknown sampler 'ddim' (known: early-stop,"),
     ({"sampler_defs": {"x": {"sampler": "ddim"}}, "samplers": ["x"]},
-     "config error: samplers.x: sampler: expected one of ['early-stop', 'full-span', 'renoise', 'adaptive'], "
+     "config error: samplers.x: sampler: expected one of ['early-stop', 'full-span', 'renoise', 'adaptive', 'sde'], "
      "got 'ddim'"),
     ({"sampler_defs": {"x": {"nfe": 8}}, "samplers": ["x"]}, "config error: sampler_defs.x.nfe: the NFE is an axis"),
     ({"models": ["elf", "bert"]}, "config error: models[1]: unknown model 'bert'"),
     ({"model_defs": {"m": {"loss.repz": True}}, "models": ["m"]},
-     "config error: models.m: loss.repz: unknown key (known: extra_token, reg_weight, repa, repa_weight)"),
+     "config error: models.m: loss.repz: unknown key (known: reg_weight, repa_weight)"),
     ({"model_defs": {"m": {"train.seed": 3}}, "models": ["m"]},
      "config error: models.m: train.seed is set by the study, not by one model"),
     ({"model_defs": {"elf": {}}}, "config error: model_defs.elf: is a built-in name; choose another"),

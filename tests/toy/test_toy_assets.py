@@ -169,7 +169,7 @@ def test_killed_build_leaves_nothing_reusable(tmp_path, monkeypatch) -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     settings = toy_assets.asset_settings(TC.ToyTaskConfig(), True, small["encoder"], small["teacher"], 1024, 100)
-    stale = tmp_path / "toy_assets" / f".tmp-{toy_assets.settings_hash(settings)}-{dead.pid}-abcd"
+    stale = tmp_path / "toy_assets" / f".tmp-quick-{toy_assets.settings_hash(settings)}-{dead.pid}-abcd"
     (stale / "encoder").mkdir(parents=True)
     monkeypatch.setattr(toy_assets, "pretrain_lm", real)
     assets = toy_assets.build_toy_assets(tmp_path, **small)

@@ -3,6 +3,7 @@
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -32,9 +33,10 @@ def test_error_shares_are_shares_of_the_wrong_answers():
 def test_demo_variants_differ_only_in_the_training_signals(tmp_path):
     cfg = demo_config()
     reg, elf = variant_config(cfg, "elf-reg", tmp_path), variant_config(cfg, "elf", tmp_path)
-    assert (reg.loss.repa, reg.loss.extra_token) == (True, "reg")
-    assert (elf.loss.repa, elf.loss.extra_token) == (False, "none") and not elf.needs_teacher
-    assert reg.model == elf.model and reg.train.steps == elf.train.steps and reg.data == elf.data
+    assert (reg.model.repa, reg.model.extra_token) == (True, "reg")
+    assert (elf.model.repa, elf.model.extra_token) == (False, "none") and not elf.needs_teacher
+    assert replace(reg.model, repa=False, extra_token="none") == elf.model
+    assert reg.train.steps == elf.train.steps and reg.data == elf.data
     assert (reg.train.out_dir, elf.train.out_dir) == (str(tmp_path / "elf-reg"), str(tmp_path / "elf"))
 
 
@@ -115,7 +117,7 @@ def test_demo_quick_end_to_end(tmp_path, monkeypatch):
         assert (out / name).stat().st_size > 0
     report = json.loads((out / "results.json").read_text())
     model = report["models"]["elf-reg"]
-    assert model["config"]["loss"]["extra_token"] == "reg"
+    assert model["config"]["model"]["extra_token"] == "reg"
     rows = model["results"]
     assert [(r["sampler"], r["nfe"]) for r in rows] == [("early-stop", 4), ("early-stop", 16),
                                                         ("full-span", 4), ("full-span", 16)]

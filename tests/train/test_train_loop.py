@@ -123,20 +123,20 @@ def test_teacher_is_not_loaded_or_called_without_repa_and_reg(tiny_cfg, monkeypa
 
     monkeypatch.setattr(frozen_mod.FrozenTeacher, "__init__", boom)
     monkeypatch.setattr(frozen_mod.FrozenTeacher, "targets", boom)
-    cfg = tiny_cfg(loss={"repa": False, "extra_token": "none"}, train={"steps": 3})
+    cfg = tiny_cfg(model={"repa": False, "extra_token": "none"}, train={"steps": 3})
     result = train(cfg, EXAMPLES)
     assert result.step == 3 and math.isfinite(result.last_losses["total"])
     assert result.last_losses["repa"] == 0.0 and result.last_losses["reg"] == 0.0
 
 
-@pytest.mark.parametrize("loss", [{"repa": True, "extra_token": "none"}, {"repa": True, "extra_token": "learned"},
-                                  {"repa": False, "extra_token": "reg"}])
-def test_ablation_switches_train(tiny_cfg, loss):
-    cfg = tiny_cfg(loss=loss, train={"steps": 2}, text={"repa_shift": 1})
+@pytest.mark.parametrize("model", [{"repa": True, "extra_token": "none"}, {"repa": True, "extra_token": "learned"},
+                                   {"repa": False, "extra_token": "reg"}])
+def test_ablation_switches_train(tiny_cfg, model):
+    cfg = tiny_cfg(model=model, train={"steps": 2}, text={"repa_shift": 1})
     result = train(cfg, EXAMPLES)
     assert math.isfinite(result.last_losses["total"])
-    assert (result.last_losses["repa"] > 0) == loss["repa"]
-    assert (result.last_losses["reg"] > 0) == (loss["extra_token"] == "reg")
+    assert (result.last_losses["repa"] > 0) == model["repa"]
+    assert (result.last_losses["reg"] > 0) == (model["extra_token"] == "reg")
 
 
 def test_training_with_the_feature_cache_matches_training_without(tiny_cfg, tmp_path):

@@ -15,7 +15,7 @@ def _trained(impl: str, steps: int = 5) -> dict[str, torch.Tensor]:
     torch.manual_seed(0)
     model = Student(ModelConfig(width=32, depth=2, heads=2, repa_block=1, projector_hidden=32, time_freq_dim=16),
                     enc_dim=16, vocab_size=40, teacher_dim=24)
-    opt = make_optimizer(model, TrainConfig(lr=1e-2, weight_decay=0.1), impl)
+    opt = make_optimizer(model, TrainConfig(optimizer="adamw", lr=1e-2, weight_decay=0.1), impl)
     gen = torch.Generator().manual_seed(1)
     for _ in range(steps):
         opt.zero_grad(set_to_none=True)

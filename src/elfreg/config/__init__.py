@@ -5,7 +5,9 @@
   the allowed values of each choice (spelled once, as a ``Literal`` its tuple is read from);
 - :mod:`.data`: the ``data`` section (sources, filters, mixtures, templates, decontamination);
 - :mod:`.strict`: strict YAML → dataclass building, ``section.key=value`` overrides, comma
-  lists, and CLI flags generated from dataclass fields.
+  lists, and CLI flags generated from dataclass fields;
+- :mod:`.migration`: keys of earlier versions' configs (``loss.repa`` → ``model.repa``) and the
+  one migration every config is built through.
 
 Callers import every name from here (``from elfreg.config import Config, SampleConfig``).
 """

@@ -1,6 +1,11 @@
 """Every setting of an elfreg run, as dataclasses with YAML load/save and strict validation.
 
-Paper defaults (ELF-REG §3 and App. A–C) are the dataclass defaults; presets in ``configs/`` override them.
+The dataclass defaults are the paper's settings (ELF-REG §3 and App. A–C): its frozen models, ELF-B's
+student, its objective and samplers, and ELF's training recipe, which the paper trains with (Muon,
+global batch 512, lr 2e-3 = ELF's blr 1e-3 × 512 / 256, constant after 5,000 warmup steps, EMA
+0.9999); only a run's length (``train.steps`` / ``train.epochs``) is every run's own. The files in
+``configs/`` and the toy demo's presets set what they change, the toy recipes all of their own
+optimisation settings.
 Validation errors are one line naming the offending key, e.g.
 ``config error: train.lr: expected float, got 'fast'`` (parsing and flags: :mod:`elfreg.config.strict`).
 """
@@ -17,6 +22,7 @@ import yaml
 
 from ..device import check_device_name
 from .data import BENCHMARKS, PAPER_RECIPES, TEMPLATES, DataConfig, FilterConfig, SourceConfig
+from .migration import migrate, migrated_key
 from .strict import (
     ConfigError,
     add_config_flags,
@@ -27,11 +33,12 @@ from .strict import (
 )
 
 __all__ = [  # with the parsing helpers of .strict: elfreg.config re-exports every name listed here
-    "BENCHMARKS", "FULL_SPAN_GRIDS", "PAPER_RECIPES", "PARALLEL_MODES", "SAMPLERS", "SAMPLING_PRESETS", "TEMPLATES",
-    "Config", "ConfigError", "DataConfig", "EvalConfig",
+    "BENCHMARKS", "FULL_SPAN_GRIDS", "MODEL_SIZES", "PAPER_RECIPES", "PARALLEL_MODES", "SAMPLERS",
+    "SAMPLING_PRESETS", "TEMPLATES",
+    "Config", "ConfigError", "DataConfig", "EvalConfig", "ExtraToken",
     "FilterConfig", "FlowConfig", "LossConfig", "ModelConfig", "SampleConfig", "SourceConfig", "TextConfig",
-    "TrainConfig", "add_config_flags", "apply_override", "build_dataclass",
-    "config_flag_values", "needs_teacher",
+    "TrainConfig", "add_config_flags", "apply_config_overrides", "apply_override", "build_dataclass",
+    "config_flag_values", "migrated_key", "needs_teacher",
 ]
 
 
@@ -55,17 +62,35 @@ class TextConfig:
     shard_frozen: bool = False  # fsdp2: shard the frozen encoder/teacher over ranks too (no replica per rank)
     canvas_len: int = 1024
     prompt_cap: int = 256  # 256 for math, 512 for code
+    # which end of a prompt longer than prompt_cap is cut: left keeps its last tokens (the question
+    # ends elfreg's templates), right its first (ELF's conditional tasks)
+    prompt_truncation: Literal["left", "right"] = "left"
+    answer_cap: int = 0  # a sampled answer is read from at most this many tokens (0: all; ELF's gen_length)
+
+
+ExtraToken = Literal["reg", "learned", "none"]
+# Named student sizes, the one place they are written: ELF's ELF-B and ELF-L (its ELF_B and
+# ELF_L; ELF-L's 16 heads of 80) with the block ELF-REG's REPA aligns (§3.2). A config names one
+# as ``model.size``; ModelConfig's defaults are ELF-B's.
+MODEL_SIZES: dict[str, dict[str, int]] = {
+    "elf-b": {"width": 768, "depth": 12, "heads": 12, "repa_block": 4},
+    "elf-l": {"width": 1280, "depth": 32, "heads": 16, "repa_block": 8},
+}
+_B = MODEL_SIZES["elf-b"]
 
 
 @dataclass
 class ModelConfig:
-    """The student Transformer: ELF's network (docs/elf.md) with the REPA projector and REG token
-    of ELF-REG (arXiv 2609.29102 §3). ``mlp_hidden`` 0 means floor(8·width/3), ELF's SwiGLU width
-    for its MLP ratio 4."""
+    """The student's shape: ELF's network (docs/elf.md) with the REPA projector and the extra token
+    of ELF-REG (arXiv 2609.29102 §3): every part whose weights a checkpoint holds.
+    ``mlp_hidden`` 0 means floor(8·width/3), ELF's SwiGLU width for its MLP ratio 4. ``size``
+    names one of :data:`MODEL_SIZES`, whose width, depth, heads and REPA block a config then
+    need not give (and may not contradict)."""
 
-    width: int = 768
-    depth: int = 12
-    heads: int = 12
+    size: str | None = None
+    width: int = _B["width"]
+    depth: int = _B["depth"]
+    heads: int = _B["heads"]
     mlp_hidden: int = 0
     vocab_size: int = 0  # the decoder's vocabulary; 0: the encoder's (ELF sizes it by its tokenizer: imports set it)
     bottleneck: int = 128  # input path: [z ; q] -> encoder width -> bottleneck -> width (ELF's text_proj)
@@ -75,9 +100,36 @@ class ModelConfig:
     time_freq_dim: int = 256  # sinusoidal features of t and w
     bias: bool = True  # biases of the attention and MLP projections (ELF's qkv_bias and SwiGLU)
     dropout: float = 0.0  # on attention outputs and SwiGLU hidden states of the middle half of the blocks
-    repa_block: int = 4  # 1-based: REPA aligns the output of this block
+    repa: bool = True  # the REPA projector p_φ (training only; Table 5's ablations turn it off)
+    extra_token: ExtraToken = "reg"  # reg: the REG token; learned: one learnable token (OLT); none
+    repa_block: int = _B["repa_block"]  # 1-based: REPA aligns the output of this block
     projector_hidden: int = 2048
     rope_base: float = 10000.0
+
+    @classmethod
+    def of_size(cls, size: str, **changes: Any) -> ModelConfig:
+        """The model of a named size (:data:`MODEL_SIZES`) with ``changes`` (not to its sizes)."""
+        return cls(**sized({**changes, "size": size}))
+
+    @property
+    def needs_teacher(self) -> bool:
+        """Whether this student has teacher-width parts (:func:`needs_teacher`)."""
+        return needs_teacher(self.repa, self.extra_token)
+
+
+def sized(model: dict[str, Any]) -> dict[str, Any]:
+    """A ``model`` section with its named ``size`` filled in (:data:`MODEL_SIZES`): what the size
+    fixes is filled where the section is silent, and refused where it says otherwise."""
+    size = model.get("size")
+    if size is None:
+        return model
+    if size not in MODEL_SIZES:
+        raise ConfigError(f"config error: model.size: must be one of {', '.join(MODEL_SIZES)}, got {size!r}")
+    for key, value in MODEL_SIZES[size].items():
+        if key in model and model[key] != value:
+            raise ConfigError(f"config error: model.{key}: {model[key]!r} is not {size}'s {value} (model.size: "
+                              f"{size}); set model.size: null to size the student yourself")
+    return {**model, **MODEL_SIZES[size]}
 
 
 @dataclass
@@ -103,10 +155,9 @@ class FlowConfig:
 
 @dataclass
 class LossConfig:
-    """Which training signals are on (the ablations of Table 5) and their weights."""
+    """The weights of the training signals: L = L_ELF + 0.5·L_REPA + 0.1·L_REG. Which signals
+    there are is the student's shape (``model.repa``, ``model.extra_token``)."""
 
-    repa: bool = True
-    extra_token: Literal["reg", "learned", "none"] = "reg"  # learned = one learnable token (OLT)
     repa_weight: float = 0.5
     reg_weight: float = 0.1
 
@@ -129,17 +180,17 @@ class TrainConfig:
     steps: int = 1000  # used when epochs is 0
     epochs: float = 0.0  # > 0: steps = ceil(epochs * prepared samples / (batch_size * grad_accum))
     init_from: str | None = None  # checkpoint (or run folder) whose weights start a fresh run at step 0
-    batch_size: int = 32
+    batch_size: int = 512  # the global batch (ELF's global_batch_size)
     grad_accum: int = 1
-    lr: float = 3e-4
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 100
-    schedule: Literal["cosine", "constant"] = "cosine"
+    lr: float = 2e-3  # ELF's blr 1e-3 scaled by the global batch: 1e-3 × 512 / 256
+    min_lr_ratio: float = 0.1  # the cosine schedule's floor, a fraction of lr
+    warmup_steps: int = 5000
+    schedule: Literal["cosine", "constant"] = "constant"
     weight_decay: float = 0.0
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
-    ema_decay: float = 0.999
+    ema_decay: float = 0.9999
     seed: int = 0
     out_dir: str = "runs/elfreg"
     ckpt_every: int = 500
@@ -156,26 +207,31 @@ class TrainConfig:
     parallel: ParallelMode = "none"
     activation_checkpointing: bool = False  # recompute each student block in the backward pass
     compile: bool = False  # torch.compile each student block
-    optimizer: Literal["adamw", "muon"] = "adamw"  # muon: ELF's Muon on every matrix, Nesterov-Adam on the rest
+    optimizer: Literal["adamw", "muon"] = "muon"  # muon: ELF's Muon on every matrix, Nesterov-Adam on the rest
     muon_momentum: float = 0.95
     peak_tflops: float = 989.0  # per-device peak for MFU (H100/H200 dense bf16); 0 turns MFU off
 
 
-Sampler = Literal["early-stop", "full-span", "renoise", "adaptive"]
+Sampler = Literal["early-stop", "full-span", "renoise", "adaptive", "sde"]
 SAMPLERS: tuple[str, ...] = typing.get_args(Sampler)
 FullSpanGrid = Literal["logit-normal", "uniform"]
 FULL_SPAN_GRIDS: tuple[str, ...] = typing.get_args(FullSpanGrid)
 RenoiseMode = Literal["both", "schedule", "renoise"]
 RENOISE_MODES: tuple[str, ...] = typing.get_args(RenoiseMode)
-# Named sampler settings, applied under any explicit flag (``--sampling NAME``). elf-cond is ELF's
-# conditional sampling (its cond_sampling_configs.yml: Euler over 64 steps of a logit-normal grid,
-# prompt CFG 2, SC-CFG 1; 65 NFE with the decode); elf-uncond is its unconditional setting with
-# the Euler update (ELF samples unconditional models with an SDE step elfreg does not have).
+# Named sampler settings, applied under any explicit flag (``--sampling NAME``): ELF's sampling
+# configs (its sampling_configs/*.yml; N steps are N + 1 NFE with the decode). elf-cond: its
+# conditional one (Euler over 64 steps of a logit-normal grid, prompt CFG 2, SC-CFG 1);
+# elf-uncond-32 / -64: its unconditional ones (the SDE step, γ 1.5 at 32 steps, 1.0 at 64,
+# SC-CFG 3); elf-pd-few / elf-pd-many: its distilled student's (γ 1.5 and SC-CFG 2.5 at 1-8 steps,
+# γ 2.0 and SC-CFG 2.0 at 16-32; no NFE: give --nfe).
+_ELF_SDE = {"sampler": "sde", "full_span_grid": "logit-normal", "prompt_cfg": 1.0}
 SAMPLING_PRESETS: dict[str, dict[str, Any]] = {
     "elf-cond": {"sampler": "full-span", "nfe": 65, "full_span_grid": "logit-normal", "sc_cfg": 1.0,
                  "prompt_cfg": 2.0},
-    "elf-uncond": {"sampler": "full-span", "nfe": 65, "full_span_grid": "logit-normal", "sc_cfg": 3.0,
-                   "prompt_cfg": 1.0},
+    "elf-uncond-32": {**_ELF_SDE, "nfe": 33, "sde_gamma": 1.5, "sc_cfg": 3.0},
+    "elf-uncond-64": {**_ELF_SDE, "nfe": 65, "sde_gamma": 1.0, "sc_cfg": 3.0},
+    "elf-pd-few": {**_ELF_SDE, "sde_gamma": 1.5, "sc_cfg": 2.5},
+    "elf-pd-many": {**_ELF_SDE, "sde_gamma": 2.0, "sc_cfg": 2.0},
 }
 
 
@@ -186,7 +242,8 @@ class SampleConfig:
     of the same name (``--renoise-eta``), whose help is the field's ``help`` metadata."""
 
     sampler: Sampler = field(
-        default="early-stop", metadata={"help": "sampler (ELF-REG §3 and App. C; adaptive exit: beyond the paper)"})
+        default="early-stop",
+        metadata={"help": "sampler (ELF-REG §3 and App. C; sde: ELF's SDE step; adaptive exit: beyond the paper)"})
     nfe: int = field(default=64, metadata={
         "help": "NFE budget N: N − 1 denoiser calls + 1 decode (adaptive: at most N)"})
     rho: int = field(default=8, metadata={
@@ -198,6 +255,9 @@ class SampleConfig:
         "help": "SC-CFG scale w, a network input (GSM8K 3, code and MATH 2)"})
     prompt_cfg: float = field(default=1.0, metadata={
         "help": "plain prompt CFG scale; ≠ 1 adds a prompt-dropped call per step (inference-only)"})
+    sde_gamma: float = field(default=1.0, metadata={
+        "help": "SDE: γ of ELF's SDE step (each step but the last starts from t·clip(1 − γ·h, 0, 1) with fresh "
+                "noise; ELF: 1.5 at 32 steps, 1.0 at 64; 0: full-span)"})
     renoise_mode: RenoiseMode = field(default="both", metadata={
         "help": "re-noising parts (Table 4/30): both; schedule (its time grid, plain Euler); renoise "
                 "(fresh noise on the early-stop grid)"})
@@ -226,6 +286,7 @@ class SampleConfig:
             ("sc_cfg", self.sc_cfg > 0, "must be > 0"),
             ("prompt_cfg", self.prompt_cfg >= 0, "must be >= 0"),
             ("renoise_eta", self.renoise_eta >= 0, "must be >= 0"),
+            ("sde_gamma", self.sde_gamma >= 0, "must be >= 0"),
             ("renoise_power", self.renoise_power > 0, "must be > 0"),
             ("adaptive_patience", self.adaptive_patience >= 1, "must be >= 1"),
             ("adaptive_interval", self.adaptive_interval >= 1, "must be >= 1"),
@@ -276,6 +337,9 @@ class EvalConfig:
     data_dir: str | None = field(default=None, metadata={
         "help": "benchmark data directory (default $ELFREG_DATA_DIR, else the user cache data/ folder)"})
     template: str | None = field(default=None, metadata={"help": "prompt template (str.format fields of the task)"})
+    ppl_model: str = field(default="gpt2-large", metadata={
+        "help": "owt-genppl: the causal LM whose perplexity scores the texts (hub id or folder; ELF's gpt2-large)"})
+    ppl_batch_size: int = field(default=16, metadata={"help": "owt-genppl: texts per forward of the scoring LM"})
     # toy demo only (elfreg eval does not take them)
     split: Literal["valid", "test"] = field(default="test", metadata={
         "cli": False, "help": "held-out split of the toy tasks (valid for tuning)"})
@@ -294,6 +358,7 @@ class EvalConfig:
             ("timeout", self.timeout > 0, "must be > 0"),
             ("plus_timeout", self.plus_timeout > 0, "must be > 0"),
             ("plus_limit", self.plus_limit >= 0, "must be >= 0 (0: all)"),
+            ("ppl_batch_size", self.ppl_batch_size >= 1, "must be >= 1"),
         ]
         for key, ok, why in checks:
             if not ok:
@@ -326,7 +391,7 @@ class Config:
     @property
     def needs_teacher(self) -> bool:
         """Whether training needs the frozen teacher (:func:`needs_teacher`)."""
-        return needs_teacher(self.loss.repa, self.loss.extra_token)
+        return self.model.needs_teacher
 
     def validate(self) -> Config:
         """Range checks that types alone cannot express; returns self."""
@@ -339,9 +404,15 @@ class Config:
             ("text.canvas_len", self.text.canvas_len >= 2, "must be >= 2"),
             ("text.prompt_cap", 1 <= self.text.prompt_cap < self.text.canvas_len,
              "must be in [1, canvas_len)"),
+            ("text.prompt_truncation", self.text.prompt_truncation in ("left", "right"), "must be left or right"),
+            ("text.answer_cap", self.text.answer_cap >= 0, "must be >= 0 (0: the whole answer region)"),
             ("model.width", self.model.width % self.model.heads == 0, "must be divisible by heads"),
             ("model.width", (self.model.width // self.model.heads) % 2 == 0,
              "width/heads must be even (RoPE)"),
+            ("model.size", self.model.size is None or (
+                self.model.size in MODEL_SIZES
+                and all(getattr(self.model, k) == v for k, v in MODEL_SIZES[self.model.size].items())),
+             f"must be one of {', '.join(MODEL_SIZES)} with its sizes, or null"),
             ("model.repa_block", 1 <= self.model.repa_block <= self.model.depth,
              "must be in [1, depth]"),
             ("model.bottleneck", self.model.bottleneck >= 1, "must be >= 1"),
@@ -354,6 +425,9 @@ class Config:
             ("flow.sigma", self.flow.sigma > 0, "must be > 0"),
             ("flow.c_min", 0 < self.flow.c_min < 1, "must be in (0, 1)"),
             ("flow.sc_prob", 0 <= self.flow.sc_prob <= 1, "must be in [0, 1]"),
+            ("flow.sc_prob", self.flow.sc_prob > 0 or self.model.cfg_tokens == 0,
+             "0 (no self-conditioning) needs model.cfg_tokens: 0: SC-CFG tokens carry the guidance scale of "
+             "self-conditioning, and ELF's sampler would feed such a model's untrained self_cond_proj"),
             ("flow.decode_prob", 0 <= self.flow.decode_prob <= 1, "must be in [0, 1]"),
             ("flow.prompt_drop", 0 <= self.flow.prompt_drop < 1, "must be in [0, 1)"),
             ("flow.w_min", 0 < self.flow.w_min <= self.flow.w_max, "must be in (0, w_max]"),
@@ -391,7 +465,7 @@ class Config:
         ]
         if self.needs_teacher:
             checks.append(("text.teacher", bool(self.text.teacher),
-                           "REPA/REG need a teacher (set loss.repa: false and loss.extra_token: none)"))
+                           "REPA/REG need a teacher (set model.repa: false and model.extra_token: none)"))
         for key, ok, why in checks:
             if not ok:
                 raise ConfigError(f"config error: {key}: {why}")
@@ -407,12 +481,26 @@ class Config:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Config:
-        return build_dataclass(cls, data or {}, prefix="").validate()
+        """A validated config from a mapping: keys of earlier versions at their current place
+        (:func:`~elfreg.config.migration.migrate`), a named ``model.size`` filled in."""
+        data = migrate(data or {})
+        if isinstance(data.get("model"), dict):
+            data["model"] = sized(data["model"])
+        return build_dataclass(cls, data, prefix="").validate()
 
     @classmethod
     def load(cls, path: str | Path, overrides: list[str] | None = None) -> Config:
         """Load a YAML file, then apply ``key.sub=value`` overrides (values parsed as YAML)."""
         data = read_yaml_mapping(path)
-        for item in overrides or []:
-            apply_override(data, item)
+        apply_config_overrides(data, overrides)
         return cls.from_dict(data)
+
+
+def apply_config_overrides(data: dict[str, Any], overrides: list[str] | None) -> None:
+    """``section.key=value`` overrides applied in place to a run config's mapping; a key of an
+    earlier version (``loss.repa``) sets its current place, as the mapping's own keys are moved
+    there first (:mod:`elfreg.config.migration`)."""
+    data.update(migrate(data))
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        apply_override(data, f"{migrated_key(key.strip())}{sep}{value}")

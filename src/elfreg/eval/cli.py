@@ -39,7 +39,8 @@ __all__ = ["register", "run"]
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--task", required=False, help="gsm8k, math500, mmlu, humaneval, humaneval+, mbpp, mbpp+")
+    p.add_argument("--task", required=False, help="gsm8k, math500, mmlu, humaneval, humaneval+, mbpp, mbpp+; "
+                                                  "ELF's xsum, wmt14-de-en, owt-genppl")
     what = p.add_mutually_exclusive_group()
     what.add_argument("--predictions", metavar="FILE.jsonl",
                       help="score existing outputs (task_id + completion or solution per line)")
@@ -136,7 +137,9 @@ def _evaluate(args: argparse.Namespace, task_name: str, ev: EvalConfig, override
 
     options = {"data_dir": ev.data_dir, "source": ev.source,
                **({"template": ev.template} if ev.template is not None else {}),
-               **({"plus_limit": ev.plus_limit} if task_name in ("humaneval+", "mbpp+") and ev.plus_limit else {})}
+               **({"plus_limit": ev.plus_limit} if task_name in ("humaneval+", "mbpp+") and ev.plus_limit else {}),
+               **({"ppl_model": ev.ppl_model, "ppl_batch_size": ev.ppl_batch_size, "device": args.device}
+                  if task_name == "owt-genppl" else {})}
     common = dict(workers=ev.workers or None, timeout=ev.timeout, io_timeout=ev.plus_timeout, alias=ev.alias,
                   limit=ev.limit or None, progress=not args.no_progress, task_options=options,
                   should_stop=should_stop)

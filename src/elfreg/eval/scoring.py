@@ -5,7 +5,8 @@ task (code runs in the sandbox), sample ``j`` of a problem being the ``j``-th pr
 task id (generation seed ``seed + j``); the verdicts are gathered per problem (headline), per
 named score (code tasks) and per failure kind, and reported through
 :mod:`elfreg.eval.reporting` (pass@1 = mean over problems and seeds with the sample standard
-deviation across seeds, pass@k). Malformed predictions and unknown task ids raise
+deviation across seeds, pass@k); a corpus task (ELF's XSum, WMT14 De-En, Gen-PPL) is scored seed
+by seed as whole corpora instead (:mod:`elfreg.eval.corpus_scoring`). Malformed predictions and unknown task ids raise
 :class:`~elfreg.eval.predictions.PredictionError` before anything is checked. Once
 ``should_stop`` is true no further sample is checked and the report is partial (``complete``
 false, the unchecked samples counted apart and left out of every statistic).
@@ -26,9 +27,11 @@ from typing import Any
 
 from ..provenance import file_sha256
 from ..runs import claimed
+from .corpus_scoring import score_corpus
 from .predictions import Prediction, PredictionError, check_task_ids, parse_prediction_records, read_predictions
 from .reporting import EVAL_FOLDER, EvalReport, build_summary, format_table, progress_bar, write_outputs
 from .tasks import Task, get_task
+from .tasks.elf import CorpusTask
 from .verdict import Verdict
 
 __all__ = ["EvalReport", "PredictionError", "Tally", "evaluate_predictions", "reason_kind", "score_predictions",
@@ -96,6 +99,10 @@ def score_predictions(
             by_id[p.task_id].append(p)
         else:
             ignored += 1
+    if isinstance(task_obj, CorpusTask):  # ELF's tasks: metrics of whole corpora, no verdicts
+        return score_corpus(task_obj, [p["task_id"] for p in selected], by_id, ignored=ignored,
+                            config={"limit": limit, **dict(config or {})}, started=started, out_dir=out_dir,
+                            should_stop=should_stop)
     ordered_ids = sorted(by_id, key=selected_ids.__getitem__)
     samples = []
     index = []

@@ -7,7 +7,11 @@ self-conditioning input too) whose self-conditioning bit b ~ Bernoulli(0.5) and 
 shape the target of Eq. 7–8.
 
 The two auxiliary predictions of Eq. 8 run without gradient, only on the rows with b = 1, each
-at its row's sampled w, as in ELF's training step. That choice is what makes the learned field a
+at its row's sampled w, as in ELF's training step. A student without SC-CFG tokens
+(``model.cfg_tokens`` 0: w is not an input) learns the plain target, as ELF's training step
+teaches it: only the no-sc prediction is made (the self-conditioning input of its rows). A run
+without self-conditioning (``flow.sc_prob`` 0, a student built for it) calls the student on z
+alone, bypassing ``self_cond_proj``, as ELF does. That choice is what makes the learned field a
 guided one: at the fixed point f(sc, w) = c + (1 − 1/w)·(f(sc, w) − u), i.e.
 f(sc, w) = u + w·(c − u) with u = f(0, w) the no-sc field and c the plain conditional target.
 Auxiliary calls at w = 1 would instead give u + (2 − 1/w)·(c − u): w = 3 would act as 1.67 and no
@@ -142,7 +146,9 @@ def reg_term(reg_err: torch.Tensor, decode: torch.Tensor, count: torch.Tensor | 
 def elf_reg_loss(student: Student, batch: TrainBatch, flow: FlowConfig, loss: LossConfig,
                  generator: torch.Generator | RowDraws, reduce_counts: CountReduce | None = None) -> LossTerms:
     """All loss terms for one batch. Randomness comes only from ``generator``: one generator for
-    the batch, or :class:`~elfreg.flow.noising.RowDraws` (one per row; what training uses).
+    the batch, or :class:`~elfreg.flow.noising.RowDraws` (one per row; what training uses). The
+    student's shape says which terms there are (``model.repa``, ``model.extra_token``), ``loss``
+    their weights.
 
     ``reduce_counts`` makes this batch one rank's share of a global batch: every term is then
     (this share's sum) / (the size of the term's averaging set over the global batch), so the
@@ -151,9 +157,12 @@ def elf_reg_loss(student: Student, batch: TrainBatch, flow: FlowConfig, loss: Lo
     canvas, x = batch.canvas, batch.x.float()
     bsz, dev = x.shape[0], x.device
     prompt = canvas.prompt_mask
-    use_reg = loss.extra_token == "reg"
-    if (loss.repa or use_reg) and batch.teacher is None:
+    use_reg, use_repa = student.cfg.extra_token == "reg", student.cfg.repa
+    if (use_repa or use_reg) and batch.teacher is None:
         raise ValueError("REPA/REG are on but the batch has no teacher targets")
+    if flow.sc_prob > 0 and not student.self_conditioning:
+        raise ValueError("flow.sc_prob > 0, but the student was built without self-conditioning (flow.sc_prob 0)")
+    guided = student.cfg.cfg_tokens > 0  # the SC-CFG target needs w as an input
 
     t = sample_logit_normal((bsz,), flow.t_logit_mean, flow.t_logit_std, generator).to(dev)
     decode = _rand(bsz, generator, dev) < flow.decode_prob
@@ -200,31 +209,34 @@ def elf_reg_loss(student: Student, batch: TrainBatch, flow: FlowConfig, loss: Lo
             zr, tr, wr, pr = z[rows], t[rows], w[rows], prompt[rows]
             rr = r_in[rows] if use_reg else None
             nosc = student(zr, sc[rows], tr, wr, pr, reg=rr)
-            with_sc = student(zr, nosc.x_hat, tr, wr, pr, reg=rr, reg_self_cond=nosc.reg_hat)
             sc = sc.index_copy(0, rows, nosc.x_hat.float())
-            v_nosc = v_nosc.index_copy(0, rows, velocity(nosc.x_hat.float(), zr, tr, flow.c_min))
-            v_sc = v_sc.index_copy(0, rows, velocity(with_sc.x_hat.float(), zr, tr, flow.c_min))
             if use_reg:
                 reg_sc = reg_sc.index_copy(0, rows, nosc.reg_hat)
-                rv_nosc = rv_nosc.index_copy(0, rows, velocity(nosc.reg_hat, rr, tr, flow.c_min))
-                rv_sc = rv_sc.index_copy(0, rows, velocity(with_sc.reg_hat, rr, tr, flow.c_min))
+            if guided:
+                with_sc = student(zr, nosc.x_hat, tr, wr, pr, reg=rr, reg_self_cond=nosc.reg_hat)
+                v_nosc = v_nosc.index_copy(0, rows, velocity(nosc.x_hat.float(), zr, tr, flow.c_min))
+                v_sc = v_sc.index_copy(0, rows, velocity(with_sc.x_hat.float(), zr, tr, flow.c_min))
+                if use_reg:
+                    rv_nosc = rv_nosc.index_copy(0, rows, velocity(nosc.reg_hat, rr, tr, flow.c_min))
+                    rv_sc = rv_sc.index_copy(0, rows, velocity(with_sc.reg_hat, rr, tr, flow.c_min))
 
-    out = student(z, sc, t_in, w, prompt, decode=decode, reg=r_in, reg_self_cond=reg_sc, want_repa=loss.repa,
-                  repa_positions=repa_at if loss.repa else None)
+    out = student(z, sc if student.self_conditioning else None, t_in, w, prompt, decode=decode, reg=r_in,
+                  reg_self_cond=reg_sc, want_repa=use_repa, repa_positions=repa_at if use_repa else None)
 
-    v_target = sc_cfg_target(x, z, t, b, w, v_sc, v_nosc, flow.c_min)
+    b_guide = b & guided  # rows whose target carries the guidance term of Eq. 8
+    v_target = sc_cfg_target(x, z, t, b_guide, w, v_sc, v_nosc, flow.c_min)
     per_pos = velocity_sq_error(out.x_hat, z, t, v_target, flow.c_min)
     ce = decode_cross_entropy(student, out.hidden[decode_pos], canvas.tokens[decode_pos], always=bool(n_decode > 0))
     elf = elf_term(per_pos, ce, answer, decode, n_answer)
     zero = x.new_zeros(())
 
     repa = zero
-    if loss.repa:
+    if use_repa:
         repa = repa_term(out.repa, batch.teacher, canvas.content_mask, use_reg, n_repa)
 
     reg = zero
     if use_reg:
-        rv_target = sc_cfg_target(r, r_in, t, b, w, rv_sc, rv_nosc, flow.c_min)
+        rv_target = sc_cfg_target(r, r_in, t, b_guide, w, rv_sc, rv_nosc, flow.c_min)
         reg = reg_term(velocity_sq_error(out.reg_hat, r_in, t, rv_target, flow.c_min), decode, n_reg)
 
     total = elf + loss.repa_weight * repa + loss.reg_weight * reg

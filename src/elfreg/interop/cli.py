@@ -83,19 +83,25 @@ def run(args: argparse.Namespace) -> int:
 
 
 def import_elf_command(args: argparse.Namespace) -> int:
+    from ..config import Config
     from .elf_import import import_elf
     from .elf_parity import check_parity
+    from .elf_trace import check_traces, is_trace_file
 
     out, student = import_elf(args.checkpoint, args.elf_config, args.out, args.weights, args.override, args.revision)
     print(f"imported {args.weights} weights of {args.checkpoint} into {out} ({student.cfg.depth} blocks, width "
           f"{student.cfg.width}, {student.cfg.heads} heads, vocabulary {student.vocab_size})")
-    if not args.check:
-        return 0
-    results = check_parity(student, args.check)
-    for result in results:
-        print(result.line())
-    failed = sum(not r.ok for r in results)
-    print(f"parity with {args.check}: {len(results) - failed} of {len(results)} cases within tolerance")
+    failed = 0
+    for path in args.check or []:
+        if is_trace_file(path):
+            results, what = check_traces(student, Config.load(out / "config.yaml").flow, path), "traces"
+        else:
+            results, what = check_parity(student, path), "cases"
+        for result in results:
+            print(result.line())
+        bad = sum(not r.ok for r in results)
+        print(f"parity with {path}: {len(results) - bad} of {len(results)} {what} within tolerance")
+        failed += bad
     return 1 if failed else 0
 
 
@@ -110,9 +116,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--weights", choices=("params", "ema"), default="ema",
                    help="which of ELF's weights to import (default: ema, what ELF samples with)")
     p.add_argument("--revision", help="Hub revision of --checkpoint")
-    p.add_argument("--check", metavar="CASES.safetensors",
-                   help="a parity file of ELF's forward (tools/elf_reference.py): one line per case, exit 1 "
-                        "unless every output is within 1e-4 x max(1, max |reference|)")
+    p.add_argument("--check", metavar="FILE.safetensors", action="append",
+                   help="a parity file of ELF's forward or a trace of its sampler (tools/elf_reference.py; "
+                        "repeatable): one line per case or trace, exit 1 unless every one is within "
+                        "1e-4 x max(1, max |reference|)")
     p.add_argument("override", nargs="*", help="key.sub=value overrides of the written config, e.g. "
                                                "text.encoder=/local/t5-small")
     p.set_defaults(func=import_elf_command)

@@ -8,8 +8,9 @@ network (:mod:`elfreg.model.student`), so a checkpoint converts tensor for tenso
 - every size comes from the tensors (depth, width, heads from the q/k-norm size, the three prefix
   token counts, the bottleneck, the encoder width, the SwiGLU width, the vocabulary), never from
   the YAML's ``model:`` name, so models no ELF preset names import too;
-- everything else (encoder, latent mean and std, canvas length, objective and sampling settings)
-  comes from ELF's training YAML, with ELF's own defaults for keys it leaves out;
+- everything else (encoder, latent mean and std, canvas length, the prompt cap and ELF's
+  truncation of a long prompt (its first tokens kept), the answer's ``gen_length``, objective and
+  sampling settings) comes from ELF's training YAML, with ELF's own defaults for keys it leaves out;
 - q and k projections (and their norm weights) have each head's dimensions reordered from ELF's
   adjacent RoPE pairs (2i, 2i + 1) to elfreg's halves (i, i + head_dim/2): the same function;
 - the decoder's ``(in, out)`` kernels become ``nn.Linear`` weights (transposed).
@@ -20,20 +21,17 @@ The result is an ordinary elfreg checkpoint folder (no teacher: ELF has none), w
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 import yaml
-from safetensors.torch import save_file
 
-from ..config import SAMPLING_PRESETS, Config, apply_override
+from ..checkpoint import write_description, write_weights
+from ..config import SAMPLING_PRESETS, Config, apply_config_overrides
+from ..folders import written_whole
 from ..model.presets import student_from_config
 from ..model.student import STUDENT_FORMAT, Student
 from ..provenance import file_sha256
@@ -230,12 +228,16 @@ def elfreg_config(sizes: ElfSizes, elf: dict[str, Any], overrides: list[str] | N
         "text": {"encoder": get("encoder_model_name"), "tokenizer": get("tokenizer_name"), "encoder_layer": -1,
                  "standardize": "global", "latent_mean": float(get("latent_mean")),
                  "latent_std": float(get("latent_std")), "teacher": None, "canvas_len": max_length,
-                 "prompt_cap": int(get("max_input_length")) if conditional else max_length - 1},
+                 "prompt_cap": int(get("max_input_length")) if conditional else max_length - 1,
+                 # ELF keeps a long prompt's first max_input_length tokens and reads gen_length =
+                 # max_length - max_input_length answer tokens
+                 "prompt_truncation": "right",
+                 "answer_cap": max_length - int(get("max_input_length")) if conditional else 0},
         "model": {"width": sizes.width, "depth": sizes.depth, "heads": sizes.heads, "mlp_hidden": sizes.mlp_hidden,
                   "vocab_size": sizes.vocab,
                   "bottleneck": sizes.bottleneck, "time_tokens": sizes.time_tokens, "cfg_tokens": sizes.cfg_tokens,
                   "mode_tokens": sizes.mode_tokens, "time_freq_dim": sizes.freq_dim, "bias": True,
-                  "dropout": float(get("proj_dropout")), "repa_block": 1},
+                  "dropout": float(get("proj_dropout")), "repa_block": 1, "repa": False, "extra_token": "none"},
         "flow": {"sigma": float(get("denoiser_noise_scale")), "c_min": float(get("t_eps")),
                  "t_logit_mean": float(get("denoiser_p_mean")), "t_logit_std": float(get("denoiser_p_std")),
                  "sc_prob": float(get("self_cond_prob")), "w_min": float(get("self_cond_cfg_min")),
@@ -243,17 +245,15 @@ def elfreg_config(sizes: ElfSizes, elf: dict[str, Any], overrides: list[str] | N
                  "decode_lambda_mean": float(get("decoder_p_mean")), "decode_lambda_std": float(get("decoder_p_std")),
                  "decode_noise_scale": float(get("decoder_noise_scale")),
                  "prompt_drop": float(get("label_drop_prob"))},
-        "loss": {"repa": False, "extra_token": "none"},
         "train": {"optimizer": "muon" if get("optimizer") == "muon" else "adamw", "lr": float(lr),
                   "batch_size": int(get("global_batch_size")), "warmup_steps": max(0, int(get("warmup_steps"))),
                   "schedule": "cosine" if get("lr_schedule") == "cosine" else "constant",
                   "weight_decay": float(get("weight_decay")), "ema_decay": float(get("ema_decay1")),
                   "seed": int(get("seed"))},
-        "sample": {**SAMPLING_PRESETS["elf-cond" if conditional else "elf-uncond"],
+        "sample": {**SAMPLING_PRESETS["elf-cond" if conditional else "elf-uncond-64"],
                    "full_span_grid": "uniform" if get("time_schedule") == "uniform" else "logit-normal"},
     }
-    for item in overrides or []:
-        apply_override(data, item)
+    apply_config_overrides(data, overrides)
     return Config.from_dict(data)
 
 
@@ -303,8 +303,8 @@ def import_elf(checkpoint: str | Path, elf_config: str | Path, out: str | Path, 
                overrides: list[str] | None = None, revision: str | None = None) -> tuple[Path, Student]:
     """Convert an ELF checkpoint into the elfreg checkpoint folder ``out`` (which must not exist):
     ``weights`` (``params`` or ``ema``) become both its weights and its EMA, so sampling (EMA by
-    default) and ``train.init_from`` (weights) read the same ones. Written to a temporary folder
-    and renamed into place. Returns the folder and the imported student."""
+    default) and ``train.init_from`` (weights) read the same ones. Written whole or not at all
+    (:func:`elfreg.folders.written_whole`). Returns the folder and the imported student."""
     out = Path(out)
     if out.exists():
         raise FileExistsError(f"{out} already exists; choose a new --out")
@@ -319,20 +319,8 @@ def import_elf(checkpoint: str | Path, elf_config: str | Path, out: str | Path, 
                 "format": "ELF (pytorch_elf)", "checkpoint": str(checkpoint), "file": file.name,
                 "sha256": file_sha256(file), "weights": weights, "epoch": payload.get("epoch"),
                 "elf_config": str(elf_config), "revision": revision}}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".tmp-{out.name}-"))
-    try:
-        state = {k: v.detach().contiguous() for k, v in student.state_dict().items()}
-        save_file(state, tmp / "model.safetensors")
-        save_file(state, tmp / "ema.safetensors")
-        torch.save({"optimizer": None}, tmp / "train_state.pt")
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
-        cfg.save(tmp / "config.yaml")
-        for f in (f for f in tmp.rglob("*") if f.is_file()):
-            with open(f, "rb+") as fh:
-                os.fsync(fh.fileno())
-        os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with written_whole(out) as tmp:
+        state = student.state_dict()
+        write_weights(tmp, state, state, {"optimizer": None})
+        write_description(tmp, cfg, meta)
     return out, student

@@ -1,14 +1,12 @@
-"""Named student presets: the paper's ELF-B/L (ELF's ``ELF_B``/``ELF_L``, with and without REG)
-and a tiny CPU size."""
+"""Named student presets: the paper's ELF-B/L (ELF's ``ELF_B``/``ELF_L``, sized by
+:data:`elfreg.config.MODEL_SIZES`, with and without REPA and REG) and a tiny CPU size."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from ..config import Config, ModelConfig, needs_teacher
-from .student import ExtraToken, Student
+from ..config import Config, ModelConfig
+from .student import Student
 
 QWEN3_VOCAB = 151_936
 QWEN3_0_6B_WIDTH = 1024  # frozen encoder (Qwen3-0.6B-Base)
@@ -20,23 +18,14 @@ KNOWN_FROZEN = {
 }
 
 
-@dataclass(frozen=True)
-class Preset:
-    model: ModelConfig
-    repa: bool
-    extra_token: ExtraToken
-
-
-_B = dict(width=768, depth=12, heads=12, repa_block=4)
-_L = dict(width=1280, depth=32, heads=16, repa_block=8)  # ELF-L: 16 heads of 80
-PRESETS: dict[str, Preset] = {
-    "elf-b": Preset(ModelConfig(**_B), repa=False, extra_token="none"),
-    "elf-reg-b": Preset(ModelConfig(**_B), repa=True, extra_token="reg"),
-    "elf-l": Preset(ModelConfig(**_L), repa=False, extra_token="none"),
-    "elf-reg-l": Preset(ModelConfig(**_L), repa=True, extra_token="reg"),
-    "tiny": Preset(ModelConfig(width=128, depth=4, heads=4, repa_block=2, projector_hidden=256,
-                               time_freq_dim=64), repa=True, extra_token="reg"),
+PRESETS: dict[str, ModelConfig] = {
+    "elf-b": ModelConfig.of_size("elf-b", repa=False, extra_token="none"),
+    "elf-reg-b": ModelConfig.of_size("elf-b"),
+    "elf-l": ModelConfig.of_size("elf-l", repa=False, extra_token="none"),
+    "elf-reg-l": ModelConfig.of_size("elf-l"),
+    "tiny": ModelConfig(width=128, depth=4, heads=4, repa_block=2, projector_hidden=256, time_freq_dim=64),
 }
+"""The paper's students (Table 7): ELF-B/L without REPA and REG, and with them (ELF-REG)."""
 
 # Table 7 of the paper, in parameters: (non-decoder incl. training-only projectors, decoder).
 PAPER_COUNTS = {
@@ -52,14 +41,14 @@ def build_on_meta(name: str, enc_dim: int = QWEN3_0_6B_WIDTH, vocab_size: int = 
     """Build a preset on the meta device: shapes only, no memory, nothing downloaded."""
     if name not in PRESETS:
         raise KeyError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
-    p = PRESETS[name]
+    model = PRESETS[name]
     with torch.device("meta"):
-        return Student(p.model, enc_dim, vocab_size, teacher_dim if needs_teacher(p.repa, p.extra_token) else None,
-                       extra_token=p.extra_token, repa=p.repa)
+        return Student(model, enc_dim, vocab_size, teacher_dim if model.needs_teacher else None)
 
 
 def student_from_config(cfg: Config, enc_dim: int, vocab_size: int, teacher_dim: int | None) -> Student:
     """The student a run config describes, sized to its frozen encoder (and teacher); its
-    vocabulary is ``model.vocab_size`` when set, else ``vocab_size`` (the encoder's)."""
+    vocabulary is ``model.vocab_size`` when set, else ``vocab_size`` (the encoder's). A run without
+    self-conditioning (``flow.sc_prob`` 0) gives a student called without it."""
     return Student(cfg.model, enc_dim, cfg.model.vocab_size or vocab_size, teacher_dim if cfg.needs_teacher else None,
-                   extra_token=cfg.loss.extra_token, repa=cfg.loss.repa)
+                   self_conditioning=cfg.flow.sc_prob > 0)

@@ -74,10 +74,17 @@ class SamplingModels:
     precision: str
 
 
-def answer_token_ids(ids: torch.Tensor, eos_id: int) -> list[int]:
-    """The answer of one decoded row (ELF-REG §3): answer-region ids (prompt positions are −1) up to,
+def answer_region(ids: torch.Tensor, cap: int = 0) -> list[int]:
+    """The answer-region ids of one decoded row (prompt positions are −1), its first ``cap`` only
+    when ``cap`` > 0 (ELF's ``gen_length``: ``text.answer_cap``)."""
+    region = ids[ids >= 0].tolist()
+    return region[:cap] if cap > 0 else region
+
+
+def answer_token_ids(ids: torch.Tensor, eos_id: int, cap: int = 0) -> list[int]:
+    """The answer of one decoded row (ELF-REG §3): the answer region (:func:`answer_region`) up to,
     not including, the first EOS."""
-    answer = ids[ids >= 0].tolist()
+    answer = answer_region(ids, cap)
     return answer[: answer.index(eos_id)] if eos_id in answer else answer
 
 
@@ -122,10 +129,8 @@ def generate(model: SamplingModels | Student | Network, prompts: list[str], samp
         raise ValueError(f"batch_size must be >= 1; got {batch_size}")
     sample = (sample or SampleConfig()).validate()
     tokenizer, eos = frozen_text.tokenizer, frozen_text.tokenizer.eos_token_id
+    cap = frozen_text.canvas.answer_cap
     if isinstance(model, Student):
-        if model.cfg.cfg_tokens == 0 and sample.sc_cfg != 1.0:
-            raise ValueError("this model has no SC-CFG tokens (an ELF model trained without them): its SC-CFG "
-                             f"scale is not an input, so sc_cfg must be 1, not {sample.sc_cfg}")
         device = next(model.parameters()).device
         net = StudentNetwork(model, use_bf16(device, precision or "auto"), eos_id=eos, compile=compile)
     else:
@@ -135,7 +140,7 @@ def generate(model: SamplingModels | Student | Network, prompts: list[str], samp
     compare = answer_key or (lambda text: text)
 
     def check_key(_row: int, ids: torch.Tensor) -> Hashable:
-        return compare(answer_text(tokenizer, answer_token_ids(ids, eos)))
+        return compare(answer_text(tokenizer, answer_token_ids(ids, eos, cap)))
 
     jobs = [(i, j) for i in range(len(prompts)) for j in range(samples)]
     batches = [jobs[k:k + batch_size] for k in range(0, len(jobs), batch_size)]
@@ -151,14 +156,14 @@ def generate(model: SamplingModels | Student | Network, prompts: list[str], samp
         out = run_sampler(net, states[pick], canvas.prompt_mask.to(device)[pick], seeds, sample, flow,
                           answer_key=check_key, record_every=record_every, record_steps=record_steps, eos_id=eos)
         for k, (i, j) in enumerate(batch):
-            tokens = answer_token_ids(out.token_ids[k], eos)
-            region = out.token_ids[k][out.token_ids[k] >= 0]
+            tokens = answer_token_ids(out.token_ids[k], eos, cap)
+            region = answer_region(out.token_ids[k], cap)
             results.append(GenerationResult(
                 prompt_index=i, sample_index=j, seed=seeds[k], text=answer_text(tokenizer, tokens), tokens=tokens,
                 nfe=int(out.nfe[k]), nfe_budget=sample.nfe, denoiser_calls=int(out.denoiser_calls[k]),
                 decoder_calls=int(out.decoder_calls[k]), steps=int(out.steps[k]),
                 exit_time=float(out.exit_time[k]), early_exit=bool(out.early_exit[k]), sampler=sample.sampler,
-                canvas_len=int(out.canvas_len[k]), ended=bool((region == eos).any()),
+                canvas_len=int(out.canvas_len[k]), ended=eos in region,
                 trajectory=None if out.trajectories is None else out.trajectories[k]))
     return results
 

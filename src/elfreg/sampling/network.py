@@ -69,7 +69,10 @@ class Network(Protocol):
 
     ``reg_dim`` is the width d_r of the REG state, or None when the model has no REG token. A
     sampler told to drop REG at inference (``sample.reg: false``) passes ``reg=None`` to a
-    network that has one; the network then runs without its REG token.
+    network that has one; the network then runs without its REG token. A network may also say
+    ``guides_self_conditioning = True`` (the SC-CFG scale is not one of its inputs, as in an ELF
+    model trained without SC-CFG tokens): the sampler then guides self-conditioning by calls, as
+    ELF's sampler does (:func:`~elfreg.sampling.steps.predict`); absent means False.
     """
 
     reg_dim: int | None
@@ -103,6 +106,8 @@ class StudentNetwork:
         self._compiled: tuple[Student, Student] | None = None  # (module, its compiled wrapper)
         self.eos_id = eos_id
         self.reg_dim = student.teacher_dim if student.extra_token == "reg" else None
+        # a self-conditioned model whose SC-CFG scale is not an input: predict() guides it (ELF's sampler)
+        self.guides_self_conditioning = student.cfg.cfg_tokens == 0 and student.self_conditioning
         self.positions_per_chunk = max(1, logits_per_chunk // student.vocab_size)
         if eos_window < 1:
             raise ValueError(f"eos_window must be at least 1 position, got {eos_window}")
@@ -132,14 +137,27 @@ class StudentNetwork:
         return chunk_sizes(x.shape[0], x.shape[1] + self.student.n_prefix, self.student.blocks[0].mlp.down.in_features,
                            element_bytes, cpu_cache_bytes(x.device))
 
+    def _call(self, model: Student, z: torch.Tensor, q: torch.Tensor | None, t: torch.Tensor, w: torch.Tensor,
+              prompt_mask: torch.Tensor, decode: torch.Tensor | None = None, reg: torch.Tensor | None = None,
+              reg_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """(x̂, r̂, hidden) of one call: the student's forward, or on a CPU its stages with the
+        blocks run on cache-sized chunks of samples (:meth:`sample_chunks`; the same values)."""
+        chunks = self.sample_chunks(z)
+        if chunks is None:
+            out = model(z, q, t, w, prompt_mask, decode=decode, reg=reg, reg_self_cond=reg_q, drop_reg=reg is None)
+            return out.x_hat, out.reg_hat, out.hidden
+        seq = model.embed(z, q, t, w, decode, reg, reg_q, drop_reg=reg is None)
+        h = torch.cat([model.run_blocks(part, seq.cos, seq.sin)[0] for part in seq.h.split(chunks)])
+        return model.heads(h, seq, z, prompt_mask)
+
     @torch.no_grad()
     def denoise(self, z: torch.Tensor, q: torch.Tensor, t: torch.Tensor, w: torch.Tensor,
                 prompt_mask: torch.Tensor, reg: torch.Tensor | None = None,
                 reg_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         with autocast(self.device, self.bf16):
-            out = self.calling_module()(z, q, t, w, prompt_mask, reg=reg, reg_self_cond=reg_q, drop_reg=reg is None,
-                                sample_chunks=self.sample_chunks(z))
-        return out.x_hat.float(), None if out.reg_hat is None else out.reg_hat.float()
+            x_hat, reg_hat, _ = self._call(self.calling_module(), z, q if self.student.self_conditioning else None,
+                                           t, w, prompt_mask, reg=reg, reg_q=reg_q)
+        return x_hat.float(), None if reg_hat is None else reg_hat.float()
 
     @torch.no_grad()
     def decode_hidden(self, x: torch.Tensor, prompt_mask: torch.Tensor, reg: torch.Tensor | None,
@@ -152,10 +170,9 @@ class StudentNetwork:
     def _decode_mode(self, model: Student, x: torch.Tensor, prompt_mask: torch.Tensor, reg: torch.Tensor | None,
                      w: torch.Tensor) -> torch.Tensor:
         b = x.shape[0]
-        out = model(x, torch.zeros_like(x), torch.ones(b, device=x.device), w, prompt_mask,
-                    decode=torch.ones(b, dtype=torch.bool, device=x.device), reg=reg, drop_reg=reg is None,
-                    sample_chunks=self.sample_chunks(x))
-        return out.hidden
+        sc = torch.zeros_like(x) if self.student.self_conditioning else None
+        return self._call(model, x, sc, torch.ones(b, device=x.device), w, prompt_mask,
+                          decode=torch.ones(b, dtype=torch.bool, device=x.device), reg=reg)[2]
 
     @torch.no_grad()
     def decode(self, x: torch.Tensor, prompt_mask: torch.Tensor, reg: torch.Tensor | None,
@@ -231,6 +248,7 @@ class CountingNetwork:
     def __init__(self, net: Network, n_samples: int):
         self.net = net
         self.reg_dim = net.reg_dim
+        self.guides_self_conditioning = getattr(net, "guides_self_conditioning", False)
         self.denoiser_calls = torch.zeros(n_samples, dtype=torch.long)
         self.decoder_calls = torch.zeros(n_samples, dtype=torch.long)
 

@@ -21,6 +21,13 @@ row of :data:`SAMPLER_SPECS`: which grid, which move between network calls, what
   ``schedule`` runs the Euler update on the re-noising time grid, ``renoise`` re-noises on the
   early-stop grid; ``both`` is the sampler above.
 
+- **SDE** (ELF's unconditional sampler, ``sampling_method: sde``): full-span's grid and decode,
+  each step but the last first stepping back from t_j to t̃_j = α_j·t_j with
+  α_j = clip(1 − γ·(t_{j+1} − t_j), 0, 1) and fresh noise, ỹ_j = α_j·y_j + (1 − α_j)·σ·ξ_j (REG
+  the same with its own ξ, prompt fixed), then calling the network at (ỹ_j, t̃_j) and moving by
+  Eq. 12 from t̃_j to t_{j+1}; the last step is a plain Euler step, as ELF's. γ is
+  ``sample.sde_gamma`` (ELF's 1.5 at 32 steps, 1.0 at 64); γ = 0 is full-span.
+
 ``sample.reg: false`` removes REG at inference (Table 5): no REG state is sampled and the network
 runs without its REG token.
 - **Adaptive exit** (§8, beyond the paper): the early-stop path, stopped once the decoded answer
@@ -47,7 +54,7 @@ from ..model.student import Student
 from .checks import AdaptiveExit, CanvasTrim, CheckKey
 from .grids import early_stop_prefix, full_span_grid, grid_generator, master_grid, power_schedule
 from .network import CountingNetwork, Network, as_network
-from .steps import NoiseSource, euler_update, predict, renoise_input, with_clean_prompt
+from .steps import NoiseSource, euler_update, predict, renoise_input, sde_back_step, with_clean_prompt
 from .trajectory import Trajectory, TrajectoryRecorder
 
 
@@ -118,6 +125,9 @@ class SamplerState:
 # What happens between two network calls: (ctx, rows, y, d, r, r̂, t_j, t_{j+1}) → next (y, r);
 # the text parts hold the rows' canvas positions [0, n), n = y.shape[1].
 Move = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
+# What happens before a network call: (ctx, rows, y, r, t_j, t_{j+1}) → the call's input (y, r) and
+# time; the move then starts from them.
+BackStep = Callable[..., tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]]
 
 
 def euler_move(ctx: BatchContext, rows, y, d, r, rd, t, t_next):
@@ -139,20 +149,37 @@ def renoise_move(ctx: BatchContext, rows, y, d, r, rd, t, t_next):
     return z, None if r is None else renoise_input(rd, t_next, eta, sigma, xr)
 
 
+def sde_step_back(ctx: BatchContext, rows, y, r, t, t_next):
+    """ELF's SDE step, its first half (:func:`~elfreg.sampling.steps.sde_back_step`): text and REG
+    stepped back to t̃_j = α_j·t_j with fresh noise of their own, prompt positions restored."""
+    gamma, sigma = ctx.sample.sde_gamma, ctx.flow.sigma
+    if gamma == 0:
+        return y, r, t
+    xi = ctx.noise.normal(rows, tuple(y.shape[1:]))
+    y_back, t_back = sde_back_step(y, t, t_next, gamma, sigma, xi)
+    y_back = with_clean_prompt(y_back, *ctx.prompt(rows, y.shape[1]))
+    if r is not None:
+        r = sde_back_step(r, t, t_next, gamma, sigma, ctx.noise.normal(rows, (r.shape[1],)))[0]
+    return y_back, r, t_back
+
+
 def canvas_groups(rows: torch.Tensor, length: int, trim: CanvasTrim | None) -> list[tuple[torch.Tensor, int]]:
     """``rows`` split by the canvas length they run on: one group of length L without trimming."""
     return [(rows, length)] if trim is None else trim.groups(rows)
 
 
 def follow_path(ctx: BatchContext, path: SamplerState, times: torch.Tensor, move: Move,
-                policy: AdaptiveExit | None = None, trim: CanvasTrim | None = None) -> SamplerState:
+                policy: AdaptiveExit | None = None, trim: CanvasTrim | None = None,
+                back_step: BackStep | None = None) -> SamplerState:
     """The one update loop of every sampler: N − 1 network calls at ``times[:, j]`` (B, K).
 
     After call j a row moves to ``times[:, j + 1]`` when the grid has that point (Euler grids have
     N points, so the last call moves to the final state; the re-noising grid has N − 1, so its
-    last call only predicts). ``policy`` (adaptive exit) may retire rows before and after a call;
-    retired rows are not run again. ``trim`` (canvas trimming) sets the canvas positions [0, n)
-    each row runs on; rows of different n are called separately.
+    last call only predicts). ``back_step`` (ELF's SDE step) changes a call's input and time
+    before it, on every step but the last, and the move starts from them. ``policy`` (adaptive
+    exit) may retire rows before and after a call; retired rows are not run again. ``trim``
+    (canvas trimming) sets the canvas positions [0, n) each row runs on; rows of different n are
+    called separately.
     """
     b, length = ctx.prompt_mask.shape
     dev = ctx.device
@@ -167,6 +194,8 @@ def follow_path(ctx: BatchContext, path: SamplerState, times: torch.Tensor, move
             di = idx.to(dev)
             y, r, q, rq = path.rows(di, n)
             t = times[di, j]
+            if back_step is not None and j + 2 < times.shape[1]:
+                y, r, t = back_step(ctx, di, y, r, t, times[di, j + 1])
             d, rd = predict(ctx.net, di, y, q, t.float(), ctx.w[di], ctx.prompt_mask[di, :n], r, rq,
                             ctx.sample.prompt_cfg)
             ctx.observe(di, j, t, y, d, r, rd)
@@ -219,6 +248,7 @@ class SamplerSpec:
     move: Move
     decodes_state: bool  # decode the final state (full-span) rather than the last prediction
     adaptive: bool = False
+    back_step: BackStep | None = None  # before each call but the last (ELF's SDE step)
 
 
 SAMPLER_SPECS: dict[str, SamplerSpec] = {
@@ -226,6 +256,7 @@ SAMPLER_SPECS: dict[str, SamplerSpec] = {
     "full-span": SamplerSpec(_full_span_times, euler_move, decodes_state=True),
     "renoise": SamplerSpec(_power_times, renoise_move, decodes_state=False),
     "adaptive": SamplerSpec(_prefix_times, euler_move, decodes_state=False, adaptive=True),
+    "sde": SamplerSpec(_full_span_times, euler_move, decodes_state=True, back_step=sde_step_back),
 }
 
 
@@ -293,7 +324,7 @@ def run_sampler(net: Network | Student, prompt_states: torch.Tensor, prompt_mask
     path = _start(raw.reg_dim if sample.reg else None, prompt_states, prompt_mask, noise, flow.sigma)
     policy = AdaptiveExit(ctx.net, sample, prompt_mask, w, times, answer_key) if spec.adaptive else None
     trim = CanvasTrim(ctx.net, sample, prompt_mask, w, eos_id) if sample.trim else None
-    follow_path(ctx, path, times, spec.move, policy, trim)
+    follow_path(ctx, path, times, spec.move, policy, trim, spec.back_step)
     if policy is not None:
         ids, exit_time, early = policy.finish(path)
     else:

@@ -7,10 +7,11 @@ Times are per row (B,).
 Noise is per sample: every sample draws from its own generator, so results do not depend on the
 batch a sample is run in (sample j of a prompt uses seed ``seed + j``). Draw order of one sample
 (part of the reproducibility contract): the initial text noise for the whole canvas (L, d) — only
-answer positions are used — then the initial REG noise (d_r), then, for the re-noising rule only,
-one (L, d) text draw (n × d once canvas trimming has cut the canvas to n) and one (d_r) REG draw
-per re-noised step. The generators live on the network's device; the same seed gives the same
-noise on the same device type.
+answer positions are used — then the initial REG noise (d_r), then, for the re-noising rule and
+ELF's SDE step only, one (L, d) text draw (n × d once canvas trimming has cut the canvas to n)
+and one (d_r) REG draw per re-noised or stepped-back step (the SDE step draws none at γ = 0).
+The generators live on the network's device; the same seed gives the same noise on the same
+device type.
 """
 
 from __future__ import annotations
@@ -51,6 +52,20 @@ def renoise_input(d: torch.Tensor, t_next: torch.Tensor, eta: float, sigma: floa
     return tt * d + (1 - tt) * (eta * sigma) * xi
 
 
+def sde_back_step(y: torch.Tensor, t: torch.Tensor, t_next: torch.Tensor, gamma: float, sigma: float,
+                  xi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first half of ELF's SDE step (ELF's ``_sde_step``): back from t_j to t̃_j with fresh noise.
+
+    α_j = clip(1 − γ·(t_{j+1} − t_j), 0, 1), t̃_j = α_j·t_j, ỹ_j = α_j·y_j + (1 − α_j)·σ·ξ_j.
+    The network is then called at (ỹ_j, t̃_j) and Eq. 12 moves from t̃_j to t_{j+1} (the second
+    half). α is constant in t for a given step size, so γ = 0 is the plain Euler step. Returns
+    (ỹ_j, t̃_j); ``t`` and ``t_next`` are per row (B,).
+    """
+    alpha = (1 - gamma * (t_next - t)).clamp(0.0, 1.0)
+    a = _per_row(alpha, y)
+    return a * y + (1 - a) * sigma * xi, alpha * t
+
+
 def with_clean_prompt(z: torch.Tensor, prompt_states: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
     """Prompt positions always hold the clean encoder states."""
     return torch.where(prompt_mask[..., None], prompt_states, z)
@@ -68,13 +83,22 @@ def drop_prompt(z: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
     return z.masked_fill(prompt_mask[..., None], 0.0)
 
 
-def guide(cond: torch.Tensor, uncond: torch.Tensor, scale: float) -> torch.Tensor:
-    """Classifier-free guidance on clean predictions: uncond + s·(cond − uncond).
+def guide(cond: torch.Tensor, uncond: torch.Tensor, scale: float | torch.Tensor) -> torch.Tensor:
+    """Classifier-free guidance on clean predictions: uncond + s·(cond − uncond); ``scale`` is a
+    number or one per row (B,).
 
     Guiding the clean prediction d is the same as guiding the velocity of Eq. 12, which is
     affine in d at fixed y and t.
     """
+    if isinstance(scale, torch.Tensor):
+        scale = _per_row(scale, cond)
     return uncond + scale * (cond - uncond)
+
+
+def without_self_conditioning(q: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
+    """The zero self-conditioning input: zeros at answer positions, the prompt kept (ELF's
+    ``restore_cond(zeros, cond_seq)``)."""
+    return torch.where(prompt_mask[..., None], q, torch.zeros_like(q))
 
 
 def predict(net: CountingNetwork, rows: torch.Tensor, y: torch.Tensor, q: torch.Tensor, t: torch.Tensor,
@@ -86,17 +110,34 @@ def predict(net: CountingNetwork, rows: torch.Tensor, y: torch.Tensor, q: torch.
     forward (two calls per sample) and both the text and REG predictions are guided. The dropped
     row has its prompt removed from the state and from the self-conditioning input alike (which
     holds the clean prompt at prompt positions), as ELF's sampler does.
+
+    A network whose SC-CFG scale is not an input (``guides_self_conditioning``: a model without
+    SC-CFG tokens) is guided as ELF's sampler guides it when w ≠ 1: each row once more with zero
+    self-conditioning, d = d(0) + w·(d(q) − d(0)), one more call per row. The rows of one forward
+    are in ELF's call order: per prompt branch (conditional, then dropped) the zero
+    self-conditioning row, then the row with q.
     Prompt positions of the result hold the clean prompt states of ``y``.
     """
-    if prompt_cfg == 1.0:
-        d, rd = net.denoise(y, q, t, w, prompt_mask, reg, reg_q, rows=rows)
-    else:
-        def two(x: torch.Tensor | None) -> torch.Tensor | None:
-            return None if x is None else torch.cat([x, x])
+    branches = [(y, q)] if prompt_cfg == 1.0 else [(y, q), (drop_prompt(y, prompt_mask), drop_prompt(q, prompt_mask))]
+    by_calls = getattr(net, "guides_self_conditioning", False) and bool((w != 1).any())
+    zero_rq = None if reg_q is None else torch.zeros_like(reg_q)
+    inputs = [part for z, sc in branches
+              for part in ([(z, without_self_conditioning(sc, prompt_mask), zero_rq)] if by_calls else [])
+              + [(z, sc, reg_q)]]
+    k = len(inputs)
 
-        d2, rd2 = net.denoise(torch.cat([y, drop_prompt(y, prompt_mask)]), torch.cat([q, drop_prompt(q, prompt_mask)]),
-                              two(t), two(w), two(prompt_mask), two(reg), two(reg_q), rows=torch.cat([rows, rows]))
-        b = y.shape[0]
-        d = guide(d2[:b], d2[b:], prompt_cfg)
-        rd = None if rd2 is None else guide(rd2[:b], rd2[b:], prompt_cfg)
+    def cat(x: torch.Tensor | None) -> torch.Tensor | None:
+        return None if x is None else torch.cat([x] * k)
+
+    d_all, rd_all = net.denoise(torch.cat([z for z, _, _ in inputs]), torch.cat([sc for _, sc, _ in inputs]),
+                                cat(t), cat(w), cat(prompt_mask), cat(reg),
+                                None if reg_q is None else torch.cat([rq for _, _, rq in inputs]), rows=cat(rows))
+    texts, regs = d_all.chunk(k), [None] * k if rd_all is None else rd_all.chunk(k)
+    if by_calls:  # each branch: guide its pair of rows by w
+        texts = [guide(texts[i + 1], texts[i], w) for i in range(0, k, 2)]
+        regs = [None if regs[i] is None else guide(regs[i + 1], regs[i], w) for i in range(0, k, 2)]
+    d, rd = texts[0], regs[0]
+    if prompt_cfg != 1.0:
+        d = guide(texts[0], texts[1], prompt_cfg)
+        rd = None if rd is None else guide(regs[0], regs[1], prompt_cfg)
     return with_clean_prompt(d, y, prompt_mask), rd

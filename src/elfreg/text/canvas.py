@@ -1,8 +1,10 @@
 """The canvas: prompt | answer | EOS padding, as one fixed-length token row per example (ELF-REG §3, App. A.1).
 
 Overflow policy (counted in :class:`CanvasStats`):
-- a prompt longer than ``prompt_cap`` keeps its last ``prompt_cap`` tokens (the question is at
-  its end in every template elfreg ships);
+- a prompt longer than ``prompt_cap`` keeps its last ``prompt_cap`` tokens (``prompt_truncation:
+  left``, the default: the question is at its end in every template elfreg ships) or its first
+  (``right``: ELF's conditional tasks, which keep the start of a document to summarise or a
+  sentence to translate);
 - an answer longer than the room left keeps its first tokens and gets no EOS; such examples are
   counted so a data pipeline can drop them or grow the canvas.
 The answer may use every position after the actual prompt, so examples with short prompts get
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import torch
@@ -40,6 +43,7 @@ class Canvas:
     content_mask: torch.Tensor  # answer tokens that are not special tokens (REPA positions)
     special_mask: torch.Tensor  # positions holding a special token (EOS padding included)
     prompt_lens: torch.Tensor  # (B,) long
+    lengths: torch.Tensor  # (B,) long: prompt + answer tokens on the canvas; the EOS padding follows
 
     @property
     def answer_mask(self) -> torch.Tensor:
@@ -53,7 +57,7 @@ class Canvas:
         return torch.where(~self.special_mask, pos, -1).amax(dim=1).clamp(min=0)
 
     def _fields(self) -> tuple[torch.Tensor, ...]:
-        return self.tokens, self.prompt_mask, self.content_mask, self.special_mask, self.prompt_lens
+        return self.tokens, self.prompt_mask, self.content_mask, self.special_mask, self.prompt_lens, self.lengths
 
     def to(self, device: torch.device | str) -> Canvas:
         return Canvas(*(t.to(device) for t in self._fields()))
@@ -74,7 +78,8 @@ class Canvas:
         special = torch.where(inside, self.special_mask.gather(1, source), True)
         content = torch.where(inside, self.content_mask.gather(1, source), False)
         none = torch.zeros_like(self.prompt_mask)
-        return Canvas(tokens, none, content, special, torch.zeros_like(self.prompt_lens))
+        return Canvas(tokens, none, content, special, torch.zeros_like(self.prompt_lens),
+                      self.lengths - self.prompt_lens)
 
 
 @dataclass
@@ -82,11 +87,17 @@ class CanvasBuilder:
     tokenizer: PreTrainedTokenizerBase
     canvas_len: int
     prompt_cap: int
+    prompt_truncation: Literal["left", "right"] = "left"  # a long prompt loses its start (left) or its end
+    answer_cap: int = 0  # answers are read from at most this many tokens of the answer region (0: all of it)
     stats: CanvasStats = field(default_factory=CanvasStats)
 
     def __post_init__(self) -> None:
         if not 1 <= self.prompt_cap < self.canvas_len:
             raise ValueError(f"prompt_cap must be in [1, canvas_len); got {self.prompt_cap}, {self.canvas_len}")
+        if self.prompt_truncation not in ("left", "right"):
+            raise ValueError(f"prompt_truncation must be left or right; got {self.prompt_truncation!r}")
+        if self.answer_cap < 0:
+            raise ValueError(f"answer_cap must be >= 0 (0: the whole answer region); got {self.answer_cap}")
         self._special = torch.tensor(sorted(set(self.tokenizer.all_special_ids)), dtype=torch.long)
 
     def build(self, prompts: list[str], answers: list[str] | None = None) -> Canvas:
@@ -104,15 +115,17 @@ class CanvasBuilder:
         if answers is not None and len(answers) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(answers)} answers")
         eos = self.tokenizer.eos_token_id
-        rows, lens = [], []
+        rows, lens, lengths = [], [], []
         for i, prompt in enumerate(prompts):
             ans = [] if answers is None else answers[i]
             p_keep, a_keep, _ = (int(v) for v in fit_lengths(len(prompt), len(ans), self.canvas_len, self.prompt_cap))
             self.stats.prompts_truncated += int(p_keep < len(prompt))
             self.stats.answers_truncated += int(a_keep >= self.canvas_len - p_keep)
-            ids = list(prompt[len(prompt) - p_keep:]) + list(ans[:a_keep])
+            kept = prompt[len(prompt) - p_keep:] if self.prompt_truncation == "left" else prompt[:p_keep]
+            ids = list(kept) + list(ans[:a_keep])
             rows.append(ids + [eos] * (self.canvas_len - len(ids)))
             lens.append(p_keep)
+            lengths.append(len(ids))
             self.stats.examples += 1
         tokens = torch.tensor(rows, dtype=torch.long)
         prompt_lens = torch.tensor(lens, dtype=torch.long)
@@ -120,7 +133,8 @@ class CanvasBuilder:
         prompt_mask = pos[None, :] < prompt_lens[:, None]
         special_mask = torch.isin(tokens, self._special)
         content_mask = ~prompt_mask & ~special_mask
-        return Canvas(tokens, prompt_mask, content_mask, special_mask, prompt_lens)
+        return Canvas(tokens, prompt_mask, content_mask, special_mask, prompt_lens,
+                      torch.tensor(lengths, dtype=torch.long))
 
 
 def back_to_canvas(values: torch.Tensor, prompt_lens: torch.Tensor) -> torch.Tensor:

@@ -87,10 +87,13 @@ def is_t5(model: PreTrainedModel) -> bool:
 
 def t5_attention_mask(canvas: Canvas) -> torch.Tensor:
     """ELF's encoder mask for a bidirectional encoder (B, 1, L, L), True = may attend: prompt
-    positions attend to the prompt only, every other position to the prompt and the answer
-    tokens (not to the EOS padding). So prompt states do not depend on the answer, as with a
-    causal encoder. A row with nothing to attend to (an empty prompt and answer) attends to itself."""
-    valid = canvas.prompt_mask | ~canvas.special_mask
+    positions attend to the prompt only, every other position to the prompt and the answer's
+    tokens, special ones (an EOS inside the answer) included, but not to the EOS padding after
+    them (ELF's ``is_valid``: positions before the sequence's length). So prompt states do not
+    depend on the answer, as with a causal encoder. A row with nothing to attend to (an empty
+    prompt and answer) attends to itself."""
+    pos = torch.arange(canvas.tokens.shape[1], device=canvas.tokens.device)
+    valid = pos[None, :] < canvas.lengths.to(pos.device)[:, None]
     prompt = canvas.prompt_mask
     mask = (prompt[:, :, None] & prompt[:, None, :]) | (~prompt[:, :, None] & valid[:, None, :])
     lone = ~mask.any(-1)

@@ -55,7 +55,8 @@ def load_frozen_text(cfg: TextConfig, with_teacher: bool, device: torch.device |
     if teacher is not None and cfg.tokenizer is None and cfg.teacher != cfg.encoder and _has_tokenizer(cfg.teacher):
         teacher_tok = load_tokenizer(cfg.teacher, cfg.teacher_revision)
     check_shared_vocabulary(tokenizer, encoder.vocab_size, teacher.vocab_size if teacher else None, teacher_tok)
-    return FrozenText(tokenizer, CanvasBuilder(tokenizer, cfg.canvas_len, cfg.prompt_cap), encoder, teacher)
+    canvas = CanvasBuilder(tokenizer, cfg.canvas_len, cfg.prompt_cap, cfg.prompt_truncation, cfg.answer_cap)
+    return FrozenText(tokenizer, canvas, encoder, teacher)
 
 
 def resolve_model_ids(cfg: TextConfig) -> TextConfig:

@@ -9,11 +9,12 @@ Layout of one build, under ``<cache>/toy_assets/<quick|full>-<hash>/``::
     encoder/           config.json + model.safetensors + tokenizer files (a hub-style folder)
     teacher/           idem
 
-A build is made in a temporary sibling folder and renamed into place only when complete, so a
-killed build never leaves a folder that a later call would reuse; a later build (of any
-settings) removes temporary folders left by dead processes. A build stopped by SIGTERM or SIGINT
-stops its builder processes and removes its own temporary folder before the signal takes its
-course (:mod:`elfreg.toy.builders`). Nothing is written outside the cache.
+A build is written whole or not at all (:func:`elfreg.folders.written_whole`: a temporary
+sibling renamed into place when complete), so a killed build never leaves a folder that a later
+call would reuse; a later build (of any settings) removes temporary folders left by dead
+processes. A build stopped by SIGTERM or SIGINT stops its builder processes and removes its own
+temporary folder before the signal takes its course (:mod:`elfreg.toy.builders`). Nothing is
+written outside the cache.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import multiprocessing
 import os
 import shutil
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from elfreg.device import resolve_precision
+from elfreg.folders import TEMPORARY_PREFIX, written_whole
 from elfreg.paths import cache_dir as default_cache_dir
 from elfreg.progress import library_bars
 from elfreg.text.tokenizer import load_tokenizer
@@ -110,11 +111,12 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _remove_stale_tmp(base: Path) -> None:
-    """Remove the temporary folders of builds (of any settings) whose process is gone."""
-    for tmp in base.glob(".tmp-*-*-*"):
+    """Remove the temporary folders of builds (of any settings) whose process is gone: the process
+    id is the tag's first part (``.tmp-<name>-<pid>-<random>``, :func:`~elfreg.folders.written_whole`)."""
+    for tmp in base.glob(f"{TEMPORARY_PREFIX}*-*-*"):
         try:
-            pid = int(tmp.name.split("-")[2])
-        except (IndexError, ValueError):
+            pid = int(tmp.name.rsplit("-", 2)[1])
+        except ValueError:
             continue
         if not _pid_alive(pid):
             shutil.rmtree(tmp, ignore_errors=True)
@@ -173,27 +175,20 @@ def build_toy_assets(cache_dir: str | os.PathLike | None = None, task_config: To
         return _assets(final, reused=True)
     base.mkdir(parents=True, exist_ok=True)
     _remove_stale_tmp(base)
-    tmp = base / f".tmp-{digest}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     if side_by_side is None:
         side_by_side = _usable_cpus() >= 2
     said = say or (lambda _line: None)
     said(f"building the toy tokenizer and LMs (first use, cached after; {_expected_time(encoder, teacher)}) "
          f"into {final}")
     began = time.monotonic()
-    with signals_stop_the_build():
-        try:
+    try:
+        with signals_stop_the_build(), written_whole(final, tag=f"{os.getpid()}-") as tmp:
             _build_into(tmp, settings, task_config, encoder, teacher, vocab_size, corpus_size, progress, num_threads,
                         side_by_side, say, every)
-            try:
-                os.rename(tmp, final)
-            except OSError:
-                if not _is_complete(final):
-                    raise
-                shutil.rmtree(tmp, ignore_errors=True)  # another process finished the same build first
-                return _assets(final, reused=True)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+    except OSError:
+        if not _is_complete(final):
             raise
+        return _assets(final, reused=True)  # another process finished the same build first
     said(f"built the toy tokenizer and LMs in {duration(time.monotonic() - began)}")
     return _assets(final, reused=False)
 
@@ -210,7 +205,6 @@ def _expected_time(encoder: ToyLMConfig, teacher: ToyLMConfig) -> str:
 def _build_into(root: Path, settings: dict, task_config: ToyTaskConfig, encoder: ToyLMConfig,
                 teacher: ToyLMConfig, vocab_size: int, corpus_size: int, progress: bool,
                 num_threads: int | None, side_by_side: bool, say: Say | None, every: float) -> None:
-    root.mkdir(parents=True)
     (root / "settings.json").write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
     examples = train_examples(task_config, corpus_size)
     t0 = time.perf_counter()

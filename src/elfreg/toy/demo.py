@@ -33,7 +33,7 @@ import torch
 
 from elfreg.checkpoint import open_checkpoint, resolve_checkpoint
 from elfreg.compiling import compile_problem
-from elfreg.config import Config, SampleConfig, add_progress_flag, apply_override
+from elfreg.config import Config, SampleConfig, add_progress_flag, apply_config_overrides
 from elfreg.device import PRECISION_ENV, cpu_has_native_bf16, resolve_device, resolve_precision
 from elfreg.eval.passk import summarize
 from elfreg.jsonl import append_jsonl, read_jsonl
@@ -75,9 +75,9 @@ DEMO = {
     "model": {"width": 64, "depth": 4, "heads": 2, "repa_block": 2, "projector_hidden": 128, "time_freq_dim": 64},
     "flow": {"w_max": 2.0},
     "data": {"source": "toy-arith", "toy_level": 1, "toy_count": 20000, "toy_balance": "tens"},
-    "train": {"steps": 5800, "batch_size": 32, "optimizer": "muon", "lr": 1e-2, "weight_decay": 0.2,
-              "warmup_steps": 100, "ckpt_every": 400, "log_every": 10, "ema_decay": 0.99, "feature_cache": True,
-              "compile": True},
+    "train": {"steps": 5800, "batch_size": 32, "optimizer": "muon", "lr": 1e-2, "schedule": "cosine",
+              "weight_decay": 0.2, "warmup_steps": 100, "ckpt_every": 400, "log_every": 10,
+              "ema_decay": 0.99, "feature_cache": True, "compile": True},
     "sample": {"sc_cfg": 1.0},
     "eval": {"samples": 2, "nfes": [4, 8, 16], "samplers": ["early-stop", "full-span"], "split": "test"},
 }
@@ -125,8 +125,7 @@ def demo_config(quick: bool = False, path: str | None = None, overrides: list[st
     if path is not None:
         return Config.load(path, overrides)
     data = _merge(DEMO, QUICK) if quick else copy.deepcopy(DEMO)
-    for item in overrides or []:
-        apply_override(data, item)
+    apply_config_overrides(data, overrides)
     return Config.from_dict(data)
 
 
@@ -149,7 +148,7 @@ def variant_config(cfg: Config, variant: str, out_dir: Path, progress: bool = Tr
     teacher is then never loaded), training into ``out_dir/variant``."""
     data = cfg.to_dict()
     if variant == "elf":
-        data["loss"].update(repa=False, extra_token="none")
+        data["model"].update(repa=False, extra_token="none")
     elif variant != "elf-reg":
         raise ValueError(f"unknown demo variant {variant!r}")
     data["train"].update(out_dir=str(out_dir / variant), progress=progress)

@@ -34,7 +34,7 @@ def prefix_tokens(cfg: Config) -> int:
     """Tokens before the content in every student call: the t, w and mode tokens and, with one,
     the REG or learned token."""
     m = cfg.model
-    return m.time_tokens + m.cfg_tokens + m.mode_tokens + (cfg.loss.extra_token != "none")
+    return m.time_tokens + m.cfg_tokens + m.mode_tokens + (m.extra_token != "none")
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ def flops_per_token(cfg: Config, encoder: LMShape, teacher: LMShape | None,
     blocks = m.depth * block
     answer_frac = 1 - t.prompt_cap / (2 * t.canvas_len)  # prompts fill half their cap on average
     projector = 0.0
-    if cfg.loss.repa and teacher is not None:
+    if m.repa and teacher is not None:
         p = m.projector_hidden
         projector = 2 * (width * p + p * p + p * teacher.width) * answer_frac
     aux_rows = 2 * (1 - f.decode_prob) * f.sc_prob

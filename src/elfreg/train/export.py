@@ -17,16 +17,12 @@ an interrupted export leaves no half release; an existing ``OUT`` is refused.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import yaml
-from safetensors.torch import save_file
 
-from ..checkpoint import open_checkpoint
+from ..checkpoint import open_checkpoint, write_description, write_weights
+from ..folders import written_whole
 from ..text.load import resolve_model_ids
 from ..text.tokenizer import load_tokenizer
 
@@ -39,25 +35,14 @@ def export_release(checkpoint: str | Path, out: str | Path) -> Path:
     out = Path(out)
     if out.exists():
         raise FileExistsError(f"{out} already exists; choose a new --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".tmp-{out.name}-"))
-    try:
-        save_file({k: v.contiguous() for k, v in ckpt.model_state().items()}, tmp / "model.safetensors")
-        save_file({k: v.contiguous() for k, v in ckpt.ema_state().items()}, tmp / "ema.safetensors")
-        ckpt.config.save(tmp / "config.yaml")
+    with written_whole(out) as tmp:
+        write_weights(tmp, ckpt.model_state(), ckpt.ema_state())
         meta = {**ckpt.meta, "exported_from": str(ckpt.path.resolve())}
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+        write_description(tmp, ckpt.config, meta)
         text = resolve_model_ids(ckpt.config.text)
         revision = text.encoder_revision if text.tokenizer is None else None
         load_tokenizer(text.tokenizer or text.encoder, revision).save_pretrained(tmp / TOKENIZER_DIR)
         (tmp / "README.md").write_text(model_card(ckpt.config.to_dict(), meta))
-        for f in (f for f in tmp.rglob("*") if f.is_file()):
-            with open(f, "rb+") as fh:
-                os.fsync(fh.fileno())
-        os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
@@ -65,8 +50,8 @@ def model_card(config: dict, meta: dict) -> str:
     """The release's README: what was trained, on what, and how to use it."""
     canvas = meta.get("canvas") or {}
     data = config.get("data", {})
-    loss = config.get("loss", {})
-    kind = "ELF-REG" if loss.get("extra_token") == "reg" or loss.get("repa") else "ELF"
+    model = config.get("model", {})
+    kind = "ELF-REG" if model.get("extra_token") == "reg" or model.get("repa") else "ELF"
     lines = [
         f"# {kind} student (step {meta.get('step')})",
         "",

@@ -11,6 +11,7 @@ from typing import Any
 
 from .base import Task
 from .code import HumanEvalPlusTask, HumanEvalTask, MbppPlusTask, MbppTask
+from .elf import OwtGenPplTask, Wmt14DeEnTask, XsumTask
 from .text import Gsm8kTask, Math500Task, MmluTask
 
 __all__ = ["TASKS", "get_task", "task_names", "canonical_task_name"]
@@ -23,6 +24,9 @@ TASKS: dict[str, type[Task]] = {
     "humaneval+": HumanEvalPlusTask,
     "mbpp": MbppTask,
     "mbpp+": MbppPlusTask,
+    "xsum": XsumTask,
+    "wmt14-de-en": Wmt14DeEnTask,
+    "owt-genppl": OwtGenPplTask,
 }
 _ALIASES = {
     "humanevalplus": "humaneval+",
@@ -33,6 +37,10 @@ _ALIASES = {
     "mbpp-500": "mbpp",
     "math-500": "math500",
     "math": "math500",
+    "wmt14": "wmt14-de-en",
+    "de-en": "wmt14-de-en",
+    "owt": "owt-genppl",
+    "gen-ppl": "owt-genppl",
 }
 
 
@@ -56,6 +64,7 @@ def get_task(name: str, **options: Any) -> Task:
 
     Options: ``data_dir``, ``source``, ``template`` for every task; ``plus_limit`` (first N plus
     inputs) and ``expected`` (an :class:`ExpectedOutputs` store) for code tasks; ``subset``
-    (``test``/``all``) for ``mbpp``.
+    (``test``/``all``) for ``mbpp``; ``n``, ``ppl_model``, ``ppl_batch_size``, ``ppl_max_length`` and
+    ``device`` for ``owt-genppl``.
     """
     return TASKS[canonical_task_name(name)](**options)

@@ -28,18 +28,27 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from elfreg.config import Config, ConfigError, SampleConfig, apply_override, build_dataclass, read_yaml_mapping
+from elfreg.config import (
+    Config,
+    ConfigError,
+    SampleConfig,
+    apply_override,
+    build_dataclass,
+    migrated_key,
+    read_yaml_mapping,
+)
+from elfreg.config.migration import migrate
 
 FORMAT_VERSION = 1
 
 # The ablation rows of Table 5 / 37 as changes to the base config. Each sets every switch it is
 # about, so a base that changes the defaults cannot leak into a row.
 MODEL_PRESETS: dict[str, dict] = {
-    "elf": {"loss.repa": False, "loss.extra_token": "none", "text.repa_shift": 0},
-    "repa": {"loss.repa": True, "loss.extra_token": "none", "text.repa_shift": 0},
-    "elf-reg": {"loss.repa": True, "loss.extra_token": "reg", "text.repa_shift": 0},
-    "olt": {"loss.repa": True, "loss.extra_token": "learned", "text.repa_shift": 0},
-    "shift1": {"loss.repa": True, "loss.extra_token": "reg", "text.repa_shift": 1},
+    "elf": {"model.repa": False, "model.extra_token": "none", "text.repa_shift": 0},
+    "repa": {"model.repa": True, "model.extra_token": "none", "text.repa_shift": 0},
+    "elf-reg": {"model.repa": True, "model.extra_token": "reg", "text.repa_shift": 0},
+    "olt": {"model.repa": True, "model.extra_token": "learned", "text.repa_shift": 0},
+    "shift1": {"model.repa": True, "model.extra_token": "reg", "text.repa_shift": 1},
 }
 # Samplers (Table 4 / 5 / 6 / 30) as changes to the model's ``sample`` section (never ``nfe``).
 SAMPLER_PRESETS: dict[str, dict] = {
@@ -102,7 +111,7 @@ class EvalCell:
 
 
 def merge(data: dict, changes: dict) -> dict:
-    """``data`` with ``changes`` applied: keys may be dotted (``loss.repa``), nested mappings are
+    """``data`` with ``changes`` applied: keys may be dotted (``model.repa``), nested mappings are
     merged into the sections they name, other values replace."""
     out = copy.deepcopy(data)
     for key, value in changes.items():
@@ -149,7 +158,7 @@ class Study:
     def applies(self, model: str, sampler: str) -> bool:
         """Whether ``sampler`` is evaluated on ``model`` (REG off only where REG was trained)."""
         cfg = self.models[model]
-        return self.sampler_changes[sampler].get("reg", cfg.sample.reg) or cfg.loss.extra_token == "reg"
+        return self.sampler_changes[sampler].get("reg", cfg.sample.reg) or cfg.model.extra_token == "reg"
 
     def train_cells(self) -> list[TrainCell]:
         """Training cells in run order: seed by seed, every model at a seed before the next seed,
@@ -200,13 +209,14 @@ def _recorded_config(cfg: Config) -> dict:
 def training_settings(plan: dict) -> dict[str, dict]:
     """What each model's training cells are made of, from a resolved plan (:meth:`Study.to_dict`,
     or the one a folder's ``plan.json`` holds): its config without the ``sample`` section, whose
-    settings belong to evaluation cells (each result row records its own). A setting the plan
-    does not record (one added to the config since) is at its default, which is what the model
-    was trained with."""
+    settings belong to evaluation cells (each result row records its own). A plan recorded by an
+    earlier version has its moved keys put in their current place (:mod:`elfreg.config.migration`);
+    a setting the plan does not record (one added to the config since) is at its default, which
+    is what the model was trained with."""
     defaults = _recorded_config(Config())
     return {name: {"format_version": plan["format_version"],
                    **{k: {**defaults.get(k, {}), **v} if isinstance(v, dict) else v
-                      for k, v in m["config"].items() if k != "sample"}}
+                      for k, v in migrate(m["config"]).items() if k != "sample"}}
             for name, m in plan["models"].items()}
 
 
@@ -269,7 +279,9 @@ def resolve(plan: PlanFile, base_dir: Path) -> Study:
     if base.data.source != "toy-arith":
         raise ConfigError(f"config error: base.data.source: the study scores toy arithmetic; must be toy-arith, "
                           f"got {base.data.source!r}")
-    model_changes = _lookup("models", plan.models, plan.model_defs, MODEL_PRESETS)
+    # a model's changes by their keys' current names: a plan may name a key where it used to be
+    model_changes = {name: {migrated_key(k): v for k, v in _flat(changes).items()}
+                     for name, changes in _lookup("models", plan.models, plan.model_defs, MODEL_PRESETS).items()}
     models = {}
     for name, changes in model_changes.items():
         for key in changes:
