@@ -120,6 +120,16 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(autouse=True)
+def _autograd_left_on():
+    """The test that leaves gradients off in the process fails itself, not every training test
+    after it (all tests share one process, and torch keeps the mode per thread)."""
+    yield
+    if not torch.is_grad_enabled():
+        torch.set_grad_enabled(True)
+        pytest.fail("the test left torch's autograd mode off")
+
+
 def torchrun(args: list[str], nproc: int = 2, timeout: float = 240, script: Path | None = None,
              env: dict[str, str] | None = None):
     """Run ``elfreg ARGS`` (or ``python SCRIPT ARGS``) under torchrun with ``nproc`` CPU ranks

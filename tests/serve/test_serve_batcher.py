@@ -297,3 +297,31 @@ def test_a_job_whose_future_is_cancelled_before_it_starts_never_runs():
     assert active_when_done == [0]  # a finished job has left the active set when its future is told
     assert not kept.cancel()  # once started a job's future cannot be cancelled under it
     torch.testing.assert_close(kept.result()[-1][0], _expected(1, 2)[0], rtol=0, atol=0)
+
+
+def test_jobs_leaving_no_grad_in_any_order_leave_each_their_own_and_the_schedulers_autograd_mode():
+    """Torch keeps the autograd mode per thread, and the jobs share the scheduler's: job 0 enters
+    ``no_grad`` first and leaves it first, so without a mode per job the thread would end with
+    the mode job 1 saw on entry (off), and a trainer on that thread would find gradients off."""
+    net = BatchedNetwork(RowStub(), max_batch=16, own_thread=False)
+    seen = {}
+
+    def job(seed, calls):
+        def run(net_):
+            z, *rest = _inputs(1, seed)
+            with torch.no_grad():
+                for _ in range(calls):
+                    z, _ = net_.denoise(z, *rest)
+                    seen.setdefault(seed, []).append(torch.is_grad_enabled())
+            return torch.is_grad_enabled()
+        return run
+
+    futures = [net.submit(job(0, 1)), net.submit(job(1, 3))]
+    closer = threading.Thread(target=lambda: ([f.result(30) for f in futures], net.close()))
+    closer.start()
+    with torch.enable_grad():
+        net.run()
+        assert torch.is_grad_enabled()  # the scheduler's thread, as before it ran the jobs
+    closer.join()
+    assert seen == {0: [False], 1: [False, False, False]}  # inside their no_grad, whatever ran between
+    assert [f.result() for f in futures] == [True, True]  # after it, each job's mode from before

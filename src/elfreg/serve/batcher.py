@@ -33,7 +33,11 @@ Contract:
   is raised in it, and every other job gets its rows as if nothing had happened; a job's own
   exception is its future's; :meth:`BatchedNetwork.close` fails the jobs not yet done;
 - the network methods may be called only from a job (a call from anywhere else is a
-  ``RuntimeError``), and a job must not block its thread on another job.
+  ``RuntimeError``), and a job must not block its thread on another job;
+- each job, and the thread that runs the scheduler, keeps its own autograd mode: torch keeps
+  it per thread, and jobs sharing one thread leave their ``no_grad`` blocks in whatever order
+  their calls return, which would otherwise leave the thread's mode to the last one out (a
+  trainer in the process that ran :meth:`run` would find gradients off).
 """
 
 from __future__ import annotations
@@ -179,7 +183,11 @@ class BatchedNetwork:
         if self._closed:
             raise NetworkClosed("the batched network was closed")
         self._parked.append(_Call(kind, args, args[0].shape[0], _shape_key(kind, args), job))
-        return job.glet.parent.switch()  # back to the scheduler; it resumes this job with its rows
+        grad_mode = torch.is_grad_enabled()
+        try:
+            return job.glet.parent.switch()  # back to the scheduler; it resumes this job with its rows
+        finally:
+            torch.set_grad_enabled(grad_mode)
 
     # -- the scheduler ------------------------------------------------------------------------
 
@@ -203,7 +211,16 @@ class BatchedNetwork:
             return  # its future was cancelled while it waited: nobody wants the result
         job.glet = greenlet.greenlet(lambda: self._body(job))
         self._active[job.glet] = job
-        job.glet.switch()  # until its first network call, or its end
+        self._resume(job.glet.switch)  # until its first network call, or its end
+
+    @staticmethod
+    def _resume(into_job: Callable[..., Any], *args: Any) -> None:
+        """Switch into a job and back, the scheduler's autograd mode as it was (module docstring)."""
+        grad_mode = torch.is_grad_enabled()
+        try:
+            into_job(*args)
+        finally:
+            torch.set_grad_enabled(grad_mode)
 
     def _body(self, job: _Job) -> None:
         try:
@@ -234,7 +251,7 @@ class BatchedNetwork:
             outputs = self._merged(calls)
         except Exception as err:  # noqa: BLE001 - the job at fault gets it (module docstring)
             if len(calls) == 1:
-                calls[0].job.glet.throw(type(err), err, err.__traceback__)
+                self._resume(calls[0].job.glet.throw, type(err), err, err.__traceback__)
                 return
             self.stats.retried += 1
             if self.on_retry is not None:
@@ -246,8 +263,8 @@ class BatchedNetwork:
         for call in calls:
             part = slice(start, start + call.rows)
             start += call.rows
-            call.job.glet.switch(tuple(None if o is None else o[part] for o in outputs)
-                                 if isinstance(outputs, tuple) else outputs[part])
+            self._resume(call.job.glet.switch, tuple(None if o is None else o[part] for o in outputs)
+                         if isinstance(outputs, tuple) else outputs[part])
 
     def _merged(self, calls: list[_Call]) -> Any:
         args = tuple(_cat([c.args[i] for c in calls]) for i in range(len(calls[0].args)))
@@ -280,4 +297,4 @@ class BatchedNetwork:
                 job.future.set_exception(err)
         parked, self._parked = self._parked, []
         for call in parked:
-            call.job.glet.throw(type(err), err, None)
+            self._resume(call.job.glet.throw, type(err), err, None)
