@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+import yaml
 from train_helpers import EXAMPLES, metrics, poison_loss
 
 from elfreg.checkpoint import open_checkpoint, resolve_checkpoint
@@ -79,6 +80,17 @@ def test_refuses_to_overwrite_and_to_resume_a_different_config(tiny_cfg, tmp_pat
     other = tiny_cfg(train={"steps": 4, "out_dir": str(tmp_path / "r")}, model={"depth": 1, "repa_block": 1})
     with pytest.raises(ValueError, match="'model'"):
         train(other, EXAMPLES)
+    # a default that moved (a config that leaves the schedule to a newer elfreg) is named, not applied
+    other = tiny_cfg(train={"steps": 4, "out_dir": str(tmp_path / "r"), "schedule": "constant", "lr": 2e-3})
+    with pytest.raises(ValueError, match=r"^resuming would change the run's course \(train.lr: 0.001 in the "
+                                         r"checkpoint, 0.002 now; train.schedule: 'cosine' in the checkpoint, "
+                                         r"'constant' now\)"):
+        train(other, EXAMPLES)
+    assert yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())["train"]["schedule"] == "cosine"
+    # going further, writing elsewhere and more often is how a run is continued
+    longer = tiny_cfg(train={"steps": 4, "out_dir": str(tmp_path / "r"), "ckpt_every": 1, "log_every": 2})
+    train(longer, EXAMPLES)
+    assert open_checkpoint(tmp_path / "r").meta["step"] == 4
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_cfg, monkeypatch):

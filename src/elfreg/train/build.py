@@ -154,7 +154,8 @@ def resume(run: Run, checkpoint: str | Path) -> int:
     the losses an uninterrupted run would have. Either checkpoint form (one-process files, or
     the sharded form of a ``ddp``/``fsdp2`` run) resumes any run, at any number of ranks
     (:func:`elfreg.train.sharded.restore`). A checkpoint made with different
-    ``text``/``model``/``flow``/``loss`` settings is refused (``ValueError``).
+    ``text``/``model``/``flow``/``loss`` settings, or ``train`` settings that set its course
+    (all but :data:`RESUMABLE_TRAIN_CHANGES`), is refused (``ValueError``).
     """
     ckpt = open_checkpoint(checkpoint)
     _check_resumable(run.cfg, ckpt.config)
@@ -171,6 +172,13 @@ def resume(run: Run, checkpoint: str | Path) -> int:
     return ckpt.meta["step"]
 
 
+# train settings a resumed run may change: where and how often it writes, how far it goes, and
+# how the same numbers are computed; every other one sets the trajectory the checkpoint is on
+RESUMABLE_TRAIN_CHANGES = frozenset({
+    "steps", "epochs", "out_dir", "ckpt_every", "keep_epochs", "log_every", "device", "feature_cache",
+    "host_memory", "progress", "parallel", "activation_checkpointing", "compile", "peak_tflops"})
+
+
 def _check_resumable(cfg: Config, saved: Config) -> None:
     for section in ("text", "model", "flow", "loss"):
         mine, theirs = getattr(cfg, section), getattr(saved, section)
@@ -180,6 +188,14 @@ def _check_resumable(cfg: Config, saved: Config) -> None:
             raise ValueError(
                 f"the run folder holds a checkpoint made with a different '{section}' config; "
                 "use a new train.out_dir (or the same config) to continue")
+    # a setting left to its default is the default of the code that runs: a newer elfreg's
+    # defaults (ELF's recipe) would otherwise change an older run's schedule without a word
+    changed = [f"train.{f.name}: {getattr(saved.train, f.name)!r} in the checkpoint, {getattr(cfg.train, f.name)!r} now"
+               for f in dataclasses.fields(cfg.train) if f.name not in RESUMABLE_TRAIN_CHANGES
+               and getattr(cfg.train, f.name) != getattr(saved.train, f.name)]
+    if changed:
+        raise ValueError(f"resuming would change the run's course ({'; '.join(changed)}); set them as the "
+                         "checkpoint has them (its config.yaml) or use a new train.out_dir")
 
 
 def init_from(run: Run, checkpoint: str | Path) -> None:
