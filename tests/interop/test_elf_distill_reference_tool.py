@@ -1,10 +1,12 @@
 """tools/elf_distill_reference.py against an ELF checkout of the branch ``distillation``
 (``$ELF_DISTILL_CHECKOUT``; skipped without one): ELF's distillation step at sizes and seeds no
-fixture has is recomputed by elfreg within tolerance."""
+fixture has is recomputed by elfreg within tolerance, and the progressively distilled checkpoint
+ELF's code writes imports with its forward and its few-step sampling settings."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from elfreg.cli import main
+from elfreg.config import Config
 from elfreg.interop.elf_distill_parity import check_distill_parity
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,6 +45,13 @@ pytestmark = pytest.mark.skipif(_why_skip() is not None, reason=str(_why_skip())
 def test_elfs_distillation_at_unseen_sizes_is_recomputed(sizes, tmp_path):
     ref = tmp_path / "ref"
     subprocess.run([sys.executable, str(ROOT / "tools" / "elf_distill_reference.py"), "--elf", CHECKOUT,
-                    "--out", str(ref), *sizes], check=True, capture_output=True, text=True)
+                    "--out", str(ref), "--pd-checkpoint", "2", *sizes], check=True, capture_output=True, text=True)
     results = check_distill_parity(ref / "parity.safetensors", ref / "train.yml")
     assert len(results) == 2 and all(r.ok for r in results), [r.line() for r in results]
+    out = tmp_path / "imported"
+    assert main(["import-elf", "--checkpoint", str(ref / "pd"), "--elf-config", str(ref / "pd" / "config.yml"),
+                 "--out", str(out), "--check", str(ref / "pd" / "parity_ema.safetensors")]) == 0
+    steps = int(sizes[sizes.index("--student-steps") + 1].split(",")[0])
+    sample = Config.load(out / "config.yaml").sample
+    assert (sample.sampler, sample.nfe) == ("sde", steps + 1)
+    assert json.loads((out / "meta.json").read_text())["imported_from"]["distilled"]["student_steps"] == steps
