@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 import yaml
-from elf_reference import elf_commit, parity_cases, randomize, training_yaml
+from elf_reference import add_network_flags, elf_commit, parity_cases, randomize, training_yaml
 from safetensors.torch import save_file
 
 RECORDED = ("z_t_s", "t_s", "t_t", "sc_cfg_scale", "sc_half", "sub_step_times", "x0", "cond_seq_mask_e")
@@ -160,13 +160,7 @@ def make_batch(args: argparse.Namespace, generator: torch.Generator) -> tuple[to
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--elf", type=Path, required=True, help="an ELF checkout of the distillation branch")
-    p.add_argument("--out", type=Path, required=True, help="the folder to write (created)")
-    p.add_argument("--seed", type=int, default=0)
-    for name, default in (("depth", 2), ("width", 32), ("heads", 4), ("enc-dim", 16), ("vocab", 40),
-                          ("bottleneck", 8), ("time-tokens", 4), ("cfg-tokens", 4), ("mode-tokens", 4),
-                          ("max-length", 8), ("batch", 6)):
-        p.add_argument(f"--{name}", type=int, default=default)
+    add_network_flags(p, "an ELF checkout of the distillation branch", max_length=8, batch=6)
     steps = lambda text: [int(v) for v in text.split(",")]  # noqa: E731
     p.add_argument("--student-steps", type=steps, default=[2, 1], help="N of each case (span 1/N), comma-separated")
     p.add_argument("--teacher-steps", type=steps, default=[4, 1], help="ELF's pd_teacher_steps of each case")

@@ -26,8 +26,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import load_file
 
 from ..config import Config
 from ..flow.distill import SPAN_FLOOR, DistillDraws, distill_terms
@@ -38,7 +36,7 @@ from ..sampling.network import StudentNetwork
 from ..text.canvas import Canvas
 from ..train.distill_objective import distill_loss, teacher_targets
 from .elf_import import elf_sizes, elfreg_config, imported_student, read_elf_yaml
-from .elf_parity import RELATIVE_TOLERANCE, CaseResult
+from .elf_parity import RELATIVE_TOLERANCE, CaseResult, read_tensor_file
 
 CASE_KEYS = ("x0", "cond_seq_mask", "input_ids", "decoder_mask", "t_s", "t_t", "w", "z_t_s", "sc_half", "target",
              "student_input", "loss", "ce_loss", "l2_loss")
@@ -47,12 +45,7 @@ CASE_KEYS = ("x0", "cond_seq_mask", "input_ids", "decoder_mask", "t_s", "t_t", "
 def read_distill_parity(path: str | Path) -> tuple[dict[str, dict[str, torch.Tensor]], dict[int, dict], dict]:
     """A distillation parity file: the networks' ELF state dicts by prefix (``teacher``,
     ``student``), the cases by index, the metadata (``"{i}.pd_step_size"`` …)."""
-    try:
-        tensors = load_file(str(path))
-        with safe_open(str(path), "pt") as f:
-            meta = f.metadata() or {}
-    except Exception as err:  # noqa: BLE001 - safetensors raises its own error type
-        raise ValueError(f"cannot read distillation parity file {path}: {str(err).strip().splitlines()[0]}") from err
+    tensors, meta = read_tensor_file(path, "distillation parity file")
     networks: dict[str, dict[str, torch.Tensor]] = {"teacher": {}, "student": {}}
     cases: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in tensors.items():
