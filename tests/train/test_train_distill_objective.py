@@ -20,6 +20,7 @@ from elfreg.flow.noising import add_noise, c_t, perturb_for_decoding
 from elfreg.flow.objective import TrainBatch
 from elfreg.model.student import Student
 from elfreg.text.canvas import Canvas
+from elfreg.text.frozen import TeacherTargets
 from elfreg.train.distill_objective import distill_loss, teacher_targets
 
 
@@ -103,8 +104,6 @@ def _student(extra_token: str, seed: int = 0) -> Student:
 
 
 def _batch(b: int = 6, length: int = 5, d: int = 3, d_r: int | None = 4) -> TrainBatch:
-    from elfreg.text.frozen import TeacherTargets
-
     g = torch.Generator().manual_seed(3)
     prompt = torch.zeros(b, length, dtype=torch.bool)
     prompt[:, :2] = True

@@ -40,7 +40,7 @@ from ..sampling.steps import predict
 
 
 @dataclass
-class TeacherTargets:
+class DistillTargets:
     """What the teacher gives the distillation rows: the targets x* (B, L, d) and r* (B, d_r), the
     self-conditioning input the student shares with the teacher's first step (q, r_q), and the
     teacher's calls per row."""
@@ -55,7 +55,7 @@ class TeacherTargets:
 @torch.no_grad()
 def teacher_targets(teacher: Network, x: torch.Tensor, prompt: torch.Tensor, z: torch.Tensor, r: torch.Tensor | None,
                     times: torch.Tensor, w: torch.Tensor, self_cond: torch.Tensor, flow: FlowConfig
-                    ) -> TeacherTargets:
+                    ) -> DistillTargets:
     """The targets of rows at (z, r) = (z_{t_s}, r_{t_s}) over ``times`` (B, K + 1), τ_0 = t_s to
     τ_K = t_t: the first step self-conditioned on the teacher's prediction at τ_0 with zero
     self-conditioning on the ``self_cond`` rows (zero self-conditioning on the others), each later
@@ -79,7 +79,7 @@ def teacher_targets(teacher: Network, x: torch.Tensor, prompt: torch.Tensor, z: 
     t_s, t_t = times[:, 0], times[:, -1]
     x_star = implied_prediction(z, path.y, t_s, t_t, flow.c_min)
     r_star = None if r is None else implied_prediction(r, path.r, t_s, t_t, flow.c_min)
-    return TeacherTargets(x_star, r_star, q, rq, net.denoiser_calls.clone())
+    return DistillTargets(x_star, r_star, q, rq, net.denoiser_calls.clone())
 
 
 def distill_loss(student: Student, teacher: Network, batch: TrainBatch, flow: FlowConfig, loss: LossConfig,
