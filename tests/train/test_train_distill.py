@@ -52,7 +52,7 @@ def test_tiny_yamls_student_distils_into_checkpoints_that_sample_and_load(teache
     assert [line.split(":")[0] for line in said] == ["round 1", "round 2"]
     aux = "flops_per_token.self_cond_aux"
     for k, steps, sub_steps in ((1, 4, 4), (2, 2, 8)):
-        folder = out / f"round{k}-{steps}steps"
+        folder = out / f"round{k}-{steps}step"
         rows = metrics(folder)
         assert [r["step"] for r in rows] == [1, 2, 3]
         assert all(math.isfinite(r[t]) for r in rows for t in TERMS) and any(r["denoise"] > 0 for r in rows)
@@ -62,7 +62,7 @@ def test_tiny_yamls_student_distils_into_checkpoints_that_sample_and_load(teache
         ckpt = open_checkpoint(folder)
         assert ckpt.meta["distilled"]["student_steps"] == steps and ckpt.meta["distilled"]["round"] == k
         assert (ckpt.config.sample.sampler, ckpt.config.sample.nfe) == ("sde", steps + 1)  # ELF's few-step setting
-    last = out / "round2-2steps"
+    last = out / "round2-2step"
     assert main(["sample", "--checkpoint", str(last), "--prompt", "12+7=", "--prompt", "3+4=", "--no-progress",
                  "--out", str(tmp_path / "answers")]) == 0
     rows = [json.loads(line) for line in (tmp_path / "answers" / "samples.jsonl").read_text().splitlines()]
@@ -144,7 +144,7 @@ def test_two_ranks_distil_what_one_process_distils(teacher, tmp_path):
                      "distill.teacher_steps=2", "train.device=cpu", "train.precision=fp32", "train.parallel=ddp"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("round 1:") == 1  # rank 0 alone reports
-    a, b = metrics(tmp_path / "one" / "round1-2steps"), metrics(tmp_path / "two" / "round1-2steps")
+    a, b = metrics(tmp_path / "one" / "round1-2step"), metrics(tmp_path / "two" / "round1-2step")
     # relative to the term, or to 1e-4 for the terms near 0 (the student starts as its teacher, so its
     # regression terms start near 1e-6, where the rounding of split batches is 3e-10)
     worst = max(abs(x[t] - y[t]) / max(abs(x[t]), 1e-4) for x, y in zip(a, b, strict=True) for t in TERMS)

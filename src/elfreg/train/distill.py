@@ -10,7 +10,7 @@ which FILE may not change) with FILE's ``distill`` and ``train`` sections (``tra
 defaults, ELF's recipe, not the teacher's; ``train.out_dir`` is required) and, where FILE gives
 them, its ``data``, ``sample`` and ``eval`` (else the teacher's).
 
-Each round of ``distill.student_steps`` is an ordinary run folder, ``train.out_dir/round{k}-{N}steps``,
+Each round of ``distill.student_steps`` is an ordinary run folder, ``train.out_dir/round{k}-{N}step``,
 trained for ``train.steps`` (or ``train.epochs``) by the training loop with the distillation
 objective (:mod:`elfreg.train.distill_objective`): resumable, torchrun-ready and atomic as
 training. Round 1 starts from the teacher's weights (``distill.teacher_weights``; or
@@ -76,7 +76,7 @@ def distill_config(teacher: Config, path: str | Path, overrides: list[str] | Non
 
 def round_folder(cfg: Config, k: int, steps: int) -> Path:
     """Round ``k``'s run folder (1-based) of an N = ``steps`` student."""
-    return Path(cfg.train.out_dir) / f"round{k}-{steps}steps"
+    return Path(cfg.train.out_dir) / f"round{k}-{steps}step"
 
 
 def round_config(cfg: Config, k: int, steps: int) -> Config:
