@@ -204,15 +204,22 @@ def sampler_trace(elf: SimpleNamespace, model: torch.nn.Module, args: argparse.N
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--elf", type=Path, required=True, help="an ELF checkout (holding src/modules/model.py)")
+def add_network_flags(p: argparse.ArgumentParser, checkout: str, **more: int) -> None:
+    """``--elf`` (a checkout, ``checkout`` says of what), ``--out``, ``--seed`` and the small
+    network's sizes, with ``more`` integer flags (``max_length=12`` is ``--max-length``)."""
+    p.add_argument("--elf", type=Path, required=True, help=checkout)
     p.add_argument("--out", type=Path, required=True, help="the folder to write (created)")
     p.add_argument("--seed", type=int, default=0)
     for name, default in (("depth", 2), ("width", 32), ("heads", 4), ("enc-dim", 16), ("vocab", 40),
                           ("bottleneck", 8), ("time-tokens", 4), ("cfg-tokens", 4), ("mode-tokens", 4),
-                          ("max-length", 12), ("batch", 3), ("cases", 3), ("sampler-steps", 5)):
+                          *((k.replace("_", "-"), v) for k, v in more.items())):
         p.add_argument(f"--{name}", type=int, default=default)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_network_flags(p, "an ELF checkout (holding src/modules/model.py)", max_length=12, batch=3, cases=3,
+                      sampler_steps=5)
     p.add_argument("--sc-cfg", type=float, default=3.0, help="SC-CFG scale of the sampler trace")
     p.add_argument("--conditional", action="store_true", help="a conditional model: prompts in the trace")
     p.add_argument("--self-cond-prob", type=float, default=0.5,

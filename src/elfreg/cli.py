@@ -21,6 +21,7 @@ import warnings
 _COMMAND_MODULES = [
     "elfreg.model.params_cli",
     "elfreg.train.cli",
+    "elfreg.train.distill",
     "elfreg.train.export",
     "elfreg.train.plan",
     "elfreg.sampling.cli",

@@ -2,7 +2,8 @@
 (tests/interop/fixtures/elf, made by tools/elf_reference.py): the network's outputs case by case
 for both weights, a check that fails when a reference moves, ELF's sampling loop (its Euler step
 and its SDE step, given its noise) followed call by call, for models with and without SC-CFG
-tokens and self-conditioning, and an imported checkpoint that samples and trains from."""
+tokens and self-conditioning, an imported checkpoint that samples and trains from, and what ELF's
+distillation branch writes for a progressively distilled student."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file, save_file
 
 from elfreg.cli import main
@@ -226,3 +228,60 @@ def test_an_imported_checkpoint_samples_and_trains_from_with_a_local_t5_encoder(
                  "train.batch_size=2", "train.warmup_steps=1", "train.optimizer=adamw", "train.progress=false",
                  f"train.out_dir={tmp_path / 'run'}", "data.source=jsonl", f"data.path={data}"]) == 0
     assert (tmp_path / "run" / "checkpoints" / "latest").is_file()
+
+
+PD = Path(__file__).resolve().parent / "fixtures" / "elf_distill" / "uncond" / "pd"
+
+
+def test_a_progressively_distilled_checkpoint_imports_with_its_few_step_sampling(tmp_path, capsys):
+    """What ELF's distillation branch writes (its checkpoint payload and config.yml, fixtures made by
+    tools/elf_distill_reference.py): the EMA computes ELF's outputs, and the import samples as ELF
+    samples its distilled student at the YAML's 1/pd_step_size = 2 steps (SDE γ 1.5, SC-CFG 2.5,
+    3 NFE)."""
+    out = tmp_path / "pd"
+    assert main(["import-elf", "--checkpoint", str(PD), "--elf-config", str(PD / "config.yml"), "--out", str(out),
+                 "--check", str(PD / "parity_ema.safetensors")]) == 0
+    assert "2 of 2 cases within tolerance" in capsys.readouterr().out
+    sample = Config.load(out / "config.yaml").sample
+    assert (sample.sampler, sample.nfe, sample.sde_gamma, sample.sc_cfg) == ("sde", 3, 1.5, 2.5)
+    source = json.loads((out / "meta.json").read_text())["imported_from"]
+    assert source["format"] == "ELF (distillation)" and source["epoch"] == 0
+    assert source["distilled"] == {"student_steps": 2, "teacher_steps": 4, "teacher": "reference/teacher"}
+    # a 16-step student samples with ELF's setting for 16-32 steps; a YAML without PD keys as before
+    elf = yaml.safe_load((PD / "config.yml").read_text())
+    (tmp_path / "sixteen.yml").write_text(yaml.safe_dump({**elf, "pd_step_size": 0.0625}))
+    many = Config.load(import_elf(PD, tmp_path / "sixteen.yml", tmp_path / "sixteen")[0] / "config.yaml").sample
+    assert (many.nfe, many.sde_gamma, many.sc_cfg) == (17, 2.0, 2.0)
+    (tmp_path / "odd.yml").write_text(yaml.safe_dump({**elf, "pd_step_size": 2.0}))
+    assert main(["import-elf", "--checkpoint", str(PD), "--elf-config", str(tmp_path / "odd.yml"),
+                 "--out", str(tmp_path / "odd")]) == 2
+    assert "pd_step_size must be in (0, 1]" in capsys.readouterr().err
+
+
+def test_state_dict_names_of_a_compiled_network_import_as_its_own(tmp_path):
+    """ELF's distillation code strips torch.compile's _orig_mod. prefix when it reads a checkpoint."""
+    payload = torch.load(find_elf_checkpoint(PD), weights_only=True)
+    compiled = {**payload, **{k: {f"_orig_mod.{n}": v for n, v in payload[k].items()} for k in ("params",
+                                                                                              "ema_params1")}}
+    torch.save(compiled, tmp_path / "checkpoint_2")
+    _, plain = import_elf(PD, PD / "config.yml", tmp_path / "plain")
+    _, renamed = import_elf(tmp_path / "checkpoint_2", PD / "config.yml", tmp_path / "renamed")
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), renamed.state_dict().values(),
+                                                 strict=True))
+
+
+def test_the_distilled_import_samples_one_step_with_elfs_preset(tmp_path):
+    """``--sampling elf-pd-few --nfe 2``: one SDE step (ELF's last step is Euler) and the decode."""
+    from transformers import T5Config, T5EncoderModel
+
+    sizes = elf_sizes(load_elf_payload(find_elf_checkpoint(PD))["params"])
+    t5 = tmp_path / "t5"
+    tok = _tokenizer(t5, sizes.vocab)
+    torch.manual_seed(0)
+    T5EncoderModel(T5Config(vocab_size=len(tok), d_model=sizes.enc_dim, d_kv=4, d_ff=16, num_layers=1, num_heads=2,
+                            decoder_start_token_id=0)).save_pretrained(t5)
+    out, _ = import_elf(PD, PD / "config.yml", tmp_path / "pd", "ema", [f"text.encoder={t5}"])
+    assert main(["sample", "--checkpoint", str(out), "--prompt", "", "--samples", "2", "--sampling", "elf-pd-few",
+                 "--nfe", "2", "--no-progress", "--out", str(tmp_path / "answers")]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "answers" / "samples.jsonl").read_text().splitlines()]
+    assert [(r["sampler"], r["denoiser_calls"], r["decoder_calls"]) for r in rows] == [("sde", 1, 1)] * 2

@@ -22,6 +22,7 @@ import yaml
 
 from ..device import check_device_name
 from .data import BENCHMARKS, PAPER_RECIPES, TEMPLATES, DataConfig, FilterConfig, SourceConfig
+from .distill import DISTILL_SCHEDULES, DistillConfig
 from .migration import migrate, migrated_key
 from .strict import (
     ConfigError,
@@ -33,12 +34,12 @@ from .strict import (
 )
 
 __all__ = [  # with the parsing helpers of .strict: elfreg.config re-exports every name listed here
-    "BENCHMARKS", "FULL_SPAN_GRIDS", "MODEL_SIZES", "PAPER_RECIPES", "PARALLEL_MODES", "SAMPLERS",
+    "BENCHMARKS", "DISTILL_SCHEDULES", "FULL_SPAN_GRIDS", "MODEL_SIZES", "PAPER_RECIPES", "PARALLEL_MODES", "SAMPLERS",
     "SAMPLING_PRESETS", "TEMPLATES",
-    "Config", "ConfigError", "DataConfig", "EvalConfig", "ExtraToken",
+    "Config", "ConfigError", "DataConfig", "DistillConfig", "EvalConfig", "ExtraToken",
     "FilterConfig", "FlowConfig", "LossConfig", "ModelConfig", "SampleConfig", "SourceConfig", "TextConfig",
     "TrainConfig", "add_config_flags", "apply_config_overrides", "apply_override", "build_dataclass",
-    "config_flag_values", "migrated_key", "needs_teacher",
+    "config_flag_values", "few_step_sampling", "migrated_key", "needs_teacher",
 ]
 
 
@@ -235,6 +236,12 @@ SAMPLING_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def few_step_sampling(steps: int) -> dict[str, Any]:
+    """How ELF samples its distilled student at ``steps`` steps: ``elf-pd-few`` up to 8 steps,
+    ``elf-pd-many`` beyond (its uncond_fewstep_sampling_configs.yml), at steps + 1 NFE."""
+    return {**SAMPLING_PRESETS["elf-pd-few" if steps <= 8 else "elf-pd-many"], "nfe": steps + 1}
+
+
 @dataclass
 class SampleConfig:
     """Sampler settings (ELF-REG §3, §5.1 and App. C; adaptive exit and trimming beyond the paper):
@@ -387,6 +394,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     sample: SampleConfig = field(default_factory=SampleConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
 
     @property
     def needs_teacher(self) -> bool:
@@ -462,6 +470,7 @@ class Config:
             ("train.init_from", self.train.init_from is None or bool(self.train.init_from.strip()),
              "must not be empty"),
             *self.data.checks(),
+            *self.distill.checks(),
         ]
         if self.needs_teacher:
             checks.append(("text.teacher", bool(self.text.teacher),

@@ -192,7 +192,7 @@ def elf_reg_loss(student: Student, batch: TrainBatch, flow: FlowConfig, loss: Lo
     # the projector runs only where L_REPA reads it: the same loss, and on the toy canvases (short
     # answers) about a third of the projector's work (docs/performance.md)
     repa_at = repa_mask(canvas.content_mask, use_reg)
-    n_answer, n_denoise, n_decode, n_repa, n_reg, n_aux = _averaging_counts(
+    n_answer, n_denoise, n_decode, n_repa, n_reg, n_aux = averaging_counts(
         [answer, denoise_pos, decode_pos, repa_at, ~decode, b], reduce_counts)
 
     # Auxiliary predictions of Eq. 8 (no gradient, rows with b = 1, at each row's own w). When
@@ -248,7 +248,7 @@ def elf_reg_loss(student: Student, batch: TrainBatch, flow: FlowConfig, loss: Lo
     )
 
 
-def _averaging_counts(masks: list[torch.Tensor], reduce_counts: CountReduce | None) -> list[torch.Tensor]:
+def averaging_counts(masks: list[torch.Tensor], reduce_counts: CountReduce | None) -> list[torch.Tensor]:
     """The size of each averaging set (float), summed over ranks by ``reduce_counts``."""
     counts = torch.stack([m.sum() for m in masks]).float()
     return list((reduce_counts(counts) if reduce_counts is not None else counts).unbind())

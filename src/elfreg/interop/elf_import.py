@@ -11,6 +11,12 @@ network (:mod:`elfreg.model.student`), so a checkpoint converts tensor for tenso
 - everything else (encoder, latent mean and std, canvas length, the prompt cap and ELF's
   truncation of a long prompt (its first tokens kept), the answer's ``gen_length``, objective and
   sampling settings) comes from ELF's training YAML, with ELF's own defaults for keys it leaves out;
+- a progressively distilled checkpoint (branch ``distillation``: the same payload, a YAML with
+  ``pd_step_size``) samples as ELF samples its distilled student at the YAML's N = 1/pd_step_size
+  steps (``few_step_sampling``: ``elf-pd-few`` up to 8 steps, ``elf-pd-many`` beyond, N + 1 NFE),
+  and ``meta.json`` records its distillation;
+- state-dict names under ``torch.compile``'s ``_orig_mod.`` read as the module's own (ELF's
+  distillation code strips it when it loads a checkpoint);
 - q and k projections (and their norm weights) have each head's dimensions reordered from ELF's
   adjacent RoPE pairs (2i, 2i + 1) to elfreg's halves (i, i + head_dim/2): the same function;
 - the decoder's ``(in, out)`` kernels become ``nn.Linear`` weights (transposed).
@@ -30,7 +36,7 @@ import torch
 import yaml
 
 from ..checkpoint import write_description, write_weights
-from ..config import SAMPLING_PRESETS, Config, apply_config_overrides
+from ..config import SAMPLING_PRESETS, Config, apply_config_overrides, few_step_sampling
 from ..folders import written_whole
 from ..model.presets import student_from_config
 from ..model.student import STUDENT_FORMAT, Student
@@ -49,7 +55,9 @@ ELF_DEFAULTS: dict[str, Any] = {
     "self_cond_prob": 0.5, "self_cond_cfg_min": 0.5, "self_cond_cfg_max": 5.0, "proj_dropout": 0.0,
     "global_batch_size": 512, "lr": None, "blr": 5e-5, "warmup_steps": 5000, "lr_schedule": "constant",
     "weight_decay": 0.0, "optimizer": "muon", "ema_decay1": 0.9999, "seed": 0, "time_schedule": "logit_normal",
+    "pd_step_size": 0.0, "pd_teacher_steps": 1, "teacher_path": None,
 }
+COMPILED = "_orig_mod."  # torch.compile's prefix of a compiled module's state-dict names
 
 
 class ElfImportError(ValueError):
@@ -90,6 +98,8 @@ def load_elf_payload(file: Path) -> dict[str, Any]:
         if tensors is not None and not (isinstance(tensors, dict)
                                         and all(isinstance(v, torch.Tensor) for v in tensors.values())):
             raise ElfImportError(f"{file} is not an ELF checkpoint ({key!r} is not a state dict of tensors)")
+        if tensors is not None:
+            payload[key] = {k.removeprefix(COMPILED): v for k, v in tensors.items()}
     return payload
 
 
@@ -250,11 +260,32 @@ def elfreg_config(sizes: ElfSizes, elf: dict[str, Any], overrides: list[str] | N
                   "schedule": "cosine" if get("lr_schedule") == "cosine" else "constant",
                   "weight_decay": float(get("weight_decay")), "ema_decay": float(get("ema_decay1")),
                   "seed": int(get("seed"))},
-        "sample": {**SAMPLING_PRESETS["elf-cond" if conditional else "elf-uncond-64"],
+        "sample": {**elf_sampling(elf, conditional),
                    "full_span_grid": "uniform" if get("time_schedule") == "uniform" else "logit-normal"},
     }
     apply_config_overrides(data, overrides)
     return Config.from_dict(data)
+
+
+def distilled_steps(elf: dict[str, Any]) -> int | None:
+    """The student steps N of a progressively distilled model's YAML (its ``pd_step_size`` 1/N),
+    or None for a model that was not distilled."""
+    span = _elf_setting(elf, "pd_step_size")
+    if span <= 0:
+        return None
+    if span > 1:
+        raise ElfImportError(f"ELF training YAML: pd_step_size must be in (0, 1] (1/N of an N-step student), "
+                             f"got {span}")
+    return max(1, round(1 / span))
+
+
+def elf_sampling(elf: dict[str, Any], conditional: bool) -> dict[str, Any]:
+    """How ELF samples the model of a training YAML: its distilled student's few-step setting at
+    its steps, its conditional setting, or its unconditional 64-step one."""
+    steps = distilled_steps(elf)
+    if steps is not None:
+        return few_step_sampling(steps)
+    return SAMPLING_PRESETS["elf-cond" if conditional else "elf-uncond-64"]
 
 
 def read_elf_yaml(path: str | Path) -> dict[str, Any]:
@@ -311,14 +342,20 @@ def import_elf(checkpoint: str | Path, elf_config: str | Path, out: str | Path, 
     file = find_elf_checkpoint(checkpoint, revision)
     payload = load_elf_payload(file)
     sizes = elf_sizes(payload["params"])
-    cfg = elfreg_config(sizes, read_elf_yaml(elf_config), overrides)
+    elf = read_elf_yaml(elf_config)
+    cfg = elfreg_config(sizes, elf, overrides)
     student = imported_student(payload, weights, cfg, sizes)
     step = int(payload.get("step") or 0)
+    source = {"format": "ELF (pytorch_elf)", "checkpoint": str(checkpoint), "file": file.name,
+              "sha256": file_sha256(file), "weights": weights, "epoch": payload.get("epoch"),
+              "elf_config": str(elf_config), "revision": revision}
+    steps = distilled_steps(elf)
+    if steps is not None:
+        source.update(format="ELF (distillation)", distilled={
+            "student_steps": steps, "teacher_steps": int(_elf_setting(elf, "pd_teacher_steps")),
+            "teacher": _elf_setting(elf, "teacher_path")})
     meta = {"student_format": STUDENT_FORMAT, "step": step, "enc_dim": sizes.enc_dim, "vocab_size": sizes.vocab,
-            "teacher_dim": None, "imported_from": {
-                "format": "ELF (pytorch_elf)", "checkpoint": str(checkpoint), "file": file.name,
-                "sha256": file_sha256(file), "weights": weights, "epoch": payload.get("epoch"),
-                "elf_config": str(elf_config), "revision": revision}}
+            "teacher_dim": None, "imported_from": source}
     with written_whole(out) as tmp:
         state = student.state_dict()
         write_weights(tmp, state, state, {"optimizer": None})

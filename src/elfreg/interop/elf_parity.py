@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file
 
 from ..model.student import Student
@@ -45,12 +46,20 @@ class CaseResult:
         return f"case {self.case}: {', '.join(parts)}: {'ok' if self.ok else 'FAILED'}"
 
 
-def read_cases(path: str | Path) -> dict[int, dict[str, torch.Tensor]]:
-    """The cases of a parity file, by index; each a dict of its tensors under their short names."""
+def read_tensor_file(path: str | Path, what: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The tensors and metadata of a safetensors file ``what`` names (a parity file, a trace file),
+    or a one-line ``ValueError`` saying why it cannot be read."""
     try:
         tensors = load_file(str(path))
+        with safe_open(str(path), "pt") as f:
+            return tensors, f.metadata() or {}
     except Exception as err:  # noqa: BLE001 - safetensors raises its own error type
-        raise ValueError(f"cannot read parity file {path}: {str(err).strip().splitlines()[0]}") from err
+        raise ValueError(f"cannot read {what} {path}: {str(err).strip().splitlines()[0]}") from err
+
+
+def read_cases(path: str | Path) -> dict[int, dict[str, torch.Tensor]]:
+    """The cases of a parity file, by index; each a dict of its tensors under their short names."""
+    tensors, _ = read_tensor_file(path, "parity file")
     cases: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in tensors.items():
         index, _, name = key.partition(".")

@@ -33,13 +33,12 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_file
 
 from ..config import FlowConfig, SampleConfig
 from ..model.student import Student
 from ..sampling.network import CountingNetwork, StudentNetwork
 from ..sampling.samplers import BatchContext, SamplerState, decode_rows, follow_path, sampler_spec
-from .elf_parity import RELATIVE_TOLERANCE
+from .elf_parity import RELATIVE_TOLERANCE, read_tensor_file
 
 
 def is_trace_file(path: str | Path) -> bool:
@@ -53,12 +52,7 @@ def is_trace_file(path: str | Path) -> bool:
 
 def read_traces(path: str | Path) -> dict[str, tuple[dict[str, torch.Tensor], dict[str, str]]]:
     """Every trace of a file by prefix: its tensors and metadata under their unprefixed names."""
-    try:
-        tensors = load_file(str(path))
-        with safe_open(str(path), "pt") as f:
-            meta = f.metadata() or {}
-    except Exception as err:  # noqa: BLE001 - safetensors raises its own error type
-        raise ValueError(f"cannot read trace file {path}: {str(err).strip().splitlines()[0]}") from err
+    tensors, meta = read_tensor_file(path, "trace file")
     prefixes = sorted(key[:-2] for key in tensors if key == "z0" or key.endswith(".z0"))
     if not prefixes:
         raise ValueError(f"{path} holds no sampler trace (no 'z0' key)")

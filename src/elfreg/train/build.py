@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from ..config import Config
 from ..data.examples import load_examples
 from ..device import resolve_device, use_bf16
 from ..distributed import DistInfo, init_distributed, rank_device
+from ..flow.noising import RowDraws
+from ..flow.objective import CountReduce, LossTerms, TrainBatch
 from ..jsonl import drop_cut_last_line, read_jsonl, write_jsonl
 from ..model.presets import student_from_config
 from ..model.student import Student
@@ -34,6 +37,19 @@ from .parallel import parallelize, wrap_for_training
 from .sharded import restore, shard_frozen
 
 REG_CALIBRATION_EXAMPLES = 256
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A training objective in place of ELF-REG's (progressive distillation's,
+    :mod:`elfreg.train.distill`)."""
+
+    loss: Callable[[Student, TrainBatch, RowDraws, CountReduce | None], LossTerms]
+    """The loss of one micro-batch: (the student, this rank's share of the batch, its rows' draws,
+    the sum of counts over ranks), called through :attr:`Run.model` as ELF-REG's is."""
+    aux_forwards: float
+    """Expected forwards of a student-sized network without gradient per example besides the main
+    pass (their FLOPs, :func:`~elfreg.train.cost.flops_per_token`)."""
 
 
 @dataclass
@@ -57,6 +73,11 @@ class Run:
     """Steps whose checkpoints are kept through rotation, and the epoch each is (``train.keep_epochs``)."""
     last_checkpoint: Path | None = None
     """The newest checkpoint this run's state has been saved to or restored from."""
+    objective: Objective | None = None
+    """The loss a step trains on; None: ELF-REG's (:func:`~elfreg.flow.objective.elf_reg_loss`)."""
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """What every checkpoint's ``meta.json`` records besides the step and the frozen models
+    (a distillation round: its teacher and curriculum)."""
 
     @property
     def run_dir(self) -> Path:
@@ -82,6 +103,13 @@ def steps_for_epochs(epochs: float, samples: int, global_batch: int) -> int:
     return max(1, math.ceil(epochs * samples / global_batch))
 
 
+def planned_steps(cfg: Config, examples: int) -> int:
+    """The optimiser steps a run of ``cfg`` on ``examples`` examples takes: ``train.steps``, or
+    with ``train.epochs`` > 0 :func:`steps_for_epochs` at the global batch ``batch_size·grad_accum``."""
+    tc = cfg.train
+    return steps_for_epochs(tc.epochs, examples, tc.batch_size * tc.grad_accum) if tc.epochs > 0 else tc.steps
+
+
 def build_run(cfg: Config, examples: TrainingData | None = None) -> Run:
     """A run at step 0: nothing read from or written to ``train.out_dir``.
 
@@ -97,8 +125,7 @@ def build_run(cfg: Config, examples: TrainingData | None = None) -> Run:
     if not len(examples):
         raise ValueError("no training examples")
     if cfg.train.epochs > 0:
-        steps = steps_for_epochs(cfg.train.epochs, len(examples), cfg.train.batch_size * cfg.train.grad_accum)
-        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=steps))
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=planned_steps(cfg, len(examples))))
     tc = cfg.train
     info = init_distributed(tc.parallel, resolve_device(tc.device))
     device = rank_device(resolve_device(tc.device), info)
@@ -215,8 +242,8 @@ def init_from(run: Run, checkpoint: str | Path) -> None:
     run.ema = EMA(run.student, run.cfg.train.ema_decay)
 
 
-def start_run(cfg: Config, examples: TrainingData | None = None, resume_existing: bool = True
-              ) -> tuple[Run, int]:
+def start_run(cfg: Config, examples: TrainingData | None = None, resume_existing: bool = True,
+              prepare: Callable[[Run], None] | None = None) -> tuple[Run, int]:
     """Open ``train.out_dir`` and return its run and the steps already done. Call it holding the
     folder's lock (:func:`elfreg.runs.locked`; :func:`~elfreg.train.loop.train` does).
 
@@ -225,8 +252,9 @@ def start_run(cfg: Config, examples: TrainingData | None = None, resume_existing
     is cut back to that step; with ``resume_existing`` false such a folder is refused with
     ``FileExistsError`` before anything is built. Otherwise the run starts at step 0 (from the
     weights of ``train.init_from`` when set) with REG statistics calibrated when a teacher is
-    used. The resolved config is written to
-    ``config.yaml`` in the folder.
+    used; ``prepare``, when given, does instead what a fresh run needs before its first step (a
+    distillation round: its starting weights and the teacher's REG statistics). The resolved
+    config is written to ``config.yaml`` in the folder.
 
     Under ``ddp``/``fsdp2`` rank 0 alone inspects and writes the folder (it holds the lock) and
     tells every rank which checkpoint to resume from, or the error that stops the run, so that
@@ -247,6 +275,8 @@ def start_run(cfg: Config, examples: TrainingData | None = None, resume_existing
     step = 0
     if found is not None:
         step = resume(run, found)
+    elif prepare is not None:
+        prepare(run)
     else:
         if cfg.train.init_from:
             init_from(run, cfg.train.init_from)

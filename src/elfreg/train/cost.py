@@ -9,7 +9,8 @@ padding alike; the student and the frozen models see the whole canvas). Componen
   positions only: it runs where L_REPA reads it, the answer's content tokens, counted here at
   the answer's share of the canvas, an upper bound);
 - ``self_cond_aux``: the two auxiliary forwards without gradient of the rows with b = 1, a
-  fraction (1 − decode_prob)·sc_prob of the rows (ELF-REG App. A, Eq. 8);
+  fraction (1 − decode_prob)·sc_prob of the rows (ELF-REG App. A, Eq. 8); in a distillation run
+  the frozen teacher's calls instead (:class:`~elfreg.train.build.Objective`);
 - ``decoder_head``: width → encoder width → vocabulary on the answer positions of decode rows
   (decode_prob of the rows), forward + backward + the recomputed forward of its checkpointed
   chunks;
@@ -110,11 +111,12 @@ def frozen_shapes(cfg: Config) -> tuple[LMShape, LMShape | None]:
 
 
 def flops_per_token(cfg: Config, encoder: LMShape, teacher: LMShape | None,
-                    teacher_tokens: int | None = None) -> dict[str, float]:
+                    teacher_tokens: int | None = None, aux_forwards: float | None = None) -> dict[str, float]:
     """Model FLOPs per canvas position of one example, by component (see the module docstring);
     ``total`` sums every component but ``recompute``. The teacher runs up to the longest content
     of each micro-batch (``teacher_tokens`` positions per example; default the whole canvas, an
-    upper bound)."""
+    upper bound). ``aux_forwards``: the student-sized forwards without gradient per example of
+    another objective (a distillation's teacher calls); default ELF-REG's self-conditioning ones."""
     m, f, t = cfg.model, cfg.flow, cfg.text
     width, d, vocab = m.width, encoder.width, encoder.vocab
     hidden = m.mlp_hidden or (8 * width) // 3
@@ -128,7 +130,7 @@ def flops_per_token(cfg: Config, encoder: LMShape, teacher: LMShape | None,
     if m.repa and teacher is not None:
         p = m.projector_hidden
         projector = 2 * (width * p + p * p + p * teacher.width) * answer_frac
-    aux_rows = 2 * (1 - f.decode_prob) * f.sc_prob
+    aux_rows = 2 * (1 - f.decode_prob) * f.sc_prob if aux_forwards is None else aux_forwards
     head = 2 * (width * d + d * vocab)
     out = {
         "student_fwd_bwd": 3 * (blocks + io + projector),
@@ -161,8 +163,9 @@ class Throughput:
         if run.with_teacher:
             tc = run.cfg.text
             teacher = LMShape.of_hf(run.frozen.teacher.reader.base.config, max(tc.repa_layer, tc.reg_layer))
-        return cls(flops_per_token(run.cfg, encoder, teacher), run.dist.world, run.cfg.train.peak_tflops, run.device,
-                   (encoder, teacher))
+        aux = run.objective.aux_forwards if run.objective is not None else None
+        flops = flops_per_token(run.cfg, encoder, teacher, aux_forwards=aux)
+        return cls(flops, run.dist.world, run.cfg.train.peak_tflops, run.device, (encoder, teacher))
 
     def add(self, tokens: int, real_tokens: int, seconds: float, reads: list[float] | None = None) -> None:
         """One step: canvas tokens with and without padding, its time, and the frozen models'

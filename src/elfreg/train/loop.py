@@ -61,7 +61,7 @@ def save(run: Run, step: int) -> Path:
             "vocab_size": run.student.vocab_size,
             "teacher_dim": run.frozen.teacher.width if run.with_teacher else None,
             "canvas": run.frozen.canvas.stats.as_dict(), "world_size": run.dist.world,
-            "parallel": run.cfg.train.parallel}
+            "parallel": run.cfg.train.parallel, **run.meta}
     if step in run.kept:
         meta["kept_epoch"] = run.kept[step]
     if run.cfg.train.parallel != "none":  # every rank writes its shards

@@ -65,7 +65,8 @@ def micro_batch(run: Run, k: int) -> TrainBatch:
 def train_step(run: Run, step: int) -> StepResult:
     """Optimiser step ``step`` (0-based): learning rate, then ``train.grad_accum`` micro-batches
     ``step·A … step·A + A − 1`` of L = L_ELF + 0.5·L_REPA + 0.1·L_REG (ELF-REG §3, App. A, weights from
-    ``loss``) each backpropagated with weight 1/A, gradient clipping, the optimiser, EMA update.
+    ``loss``; or the loss of the run's :attr:`~elfreg.train.build.Run.objective`) each
+    backpropagated with weight 1/A, gradient clipping, the optimiser, EMA update.
 
     Each row's random draws come from its own generator (:func:`~elfreg.train.batch.row_draws`),
     and each term is averaged over the global micro-batch, so every rank count computes the same
@@ -90,7 +91,10 @@ def train_step(run: Run, step: int) -> StepResult:
         draws = row_draws(tc.seed, k, micro_rows(run, k), run.device)
         with no_gradient_sync(run.model, run.cfg, micro == tc.grad_accum - 1):
             with autocast(run.device, run.bf16), record_function(PHASES[0]):
-                out = run.model(elf_reg_loss, batch, run.cfg.flow, run.cfg.loss, draws, reduce_counts)
+                if run.objective is None:
+                    out = run.model(elf_reg_loss, batch, run.cfg.flow, run.cfg.loss, draws, reduce_counts)
+                else:
+                    out = run.model(run.objective.loss, batch, draws, reduce_counts)
             terms = {k: v.detach().float() for k, v in out.__dict__.items()}
             values = dict(zip(terms, run.dist.sum(torch.stack(list(terms.values()))).tolist(), strict=True))
             if not all(math.isfinite(v) for v in values.values()):

@@ -211,12 +211,12 @@ def training_settings(plan: dict) -> dict[str, dict]:
     or the one a folder's ``plan.json`` holds): its config without the ``sample`` section, whose
     settings belong to evaluation cells (each result row records its own). A plan recorded by an
     earlier version has its moved keys put in their current place (:mod:`elfreg.config.migration`);
-    a setting the plan does not record (one added to the config since) is at its default, which
-    is what the model was trained with."""
+    a setting or a section the plan does not record (one added to the config since) is at its
+    default, which is what the model was trained with."""
     defaults = _recorded_config(Config())
     return {name: {"format_version": plan["format_version"],
                    **{k: {**defaults.get(k, {}), **v} if isinstance(v, dict) else v
-                      for k, v in migrate(m["config"]).items() if k != "sample"}}
+                      for k, v in {**defaults, **migrate(m["config"])}.items() if k != "sample"}}
             for name, m in plan["models"].items()}
 
 
