@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -202,3 +202,57 @@ def test_a_signal_during_evaluation_stops_after_the_cell(plan_args, tmp_path, mo
     counts = _counting(monkeypatch)
     assert runner.run_study(study, tmp_path / "out", progress=False)["complete"]
     assert counts == {"evals": 1, "steps": {}}
+
+
+def test_a_run_made_outside_the_study_is_adopted_only_if_trained_as_the_plan_trains_it(
+        plan_args, tmp_path, monkeypatch, capsys):
+    """``--adopt elf-reg/t0 RUN``: a run trained elsewhere with the cell's settings becomes the
+    cell (the study finishes its steps and evaluates it; nothing is trained twice); a run trained
+    otherwise, a cell the plan lacks, a cell that has a folder and a folder without a checkpoint
+    are refused in one line, with nothing written."""
+    from elfreg.train.loop import train
+
+    args = [*plan_args, "models=[elf-reg]", "train_seeds=[0]", "samplers=[early-stop]", "nfes=[4]",
+            "sample_seeds=[0]"]
+    study = load_plan(QUICK, args)
+    out, cell = tmp_path / "study", study.train_cells()[0]
+    outside = tmp_path / "outside" / "elf-reg"
+    train(study.run_config(cell, outside, progress=False), stop_at=2)  # half of the plan's 4 steps
+    other_seed = study.run_config(cell, tmp_path / "seed1", progress=False)
+    train(replace(other_seed, train=replace(other_seed.train, seed=1)), stop_at=2)
+    capsys.readouterr()
+
+    cmd = ["study", "--plan", str(QUICK), "--out", str(out), *args]
+    refusals = {
+        "elf/t0": "'elf/t0' is not a training cell of this plan (its cells: elf-reg/t0)",
+        "elf-reg/t0 " + str(tmp_path / "seed1"): f"{tmp_path / 'seed1'} was not trained as this plan trains "
+                                                  "elf-reg/t0 (train.seed: 1 then, 0 now)",
+        "elf-reg/t0 " + str(tmp_path): f"{tmp_path} holds no checkpoint (give a run folder)",
+    }
+    for given, why in refusals.items():
+        cell_id, _, source = given.partition(" ")
+        assert main([*cmd, "--adopt", cell_id, source or str(outside)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("elfreg study: error: --adopt") and err.endswith(why), err
+    assert not (out / "runs").exists()
+    with locked(outside), pytest.raises(FolderInUse, match="in use"):
+        runner.adopt_run(study, out, "elf-reg/t0", outside)
+
+    # another model width: the first differing key of the model section, both values
+    wider = load_plan(QUICK, [*args, "overrides={model: {width: 48}}"])
+    with pytest.raises(ValueError, match=r"\(model.width: 32 then, 48 now\)$"):
+        runner.adopt_run(wider, tmp_path / "wider", "elf-reg/t0", outside)
+
+    assert main([*cmd, "--adopt", "elf-reg/t0", str(outside)]) == 0
+    assert "elf-reg/t0           to train  evaluations 0/1" in capsys.readouterr().out  # 2 of 4 steps
+    target = out / "runs" / "elf-reg" / "t0"
+    assert sorted(p.name for p in (target / "checkpoints").iterdir()) == ["latest", "step-0000002"]
+    assert not (target / ".lock").exists() and (outside / "checkpoints" / "step-0000002").is_dir()
+    assert main([*cmd, "--adopt", "elf-reg/t0", str(outside)]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"the study already has {target}; remove it first to replace it")
+
+    counts = _counting(monkeypatch)
+    runner.run_study(study, out, progress=False)
+    assert counts == {"evals": 1, "steps": {"elf-reg/t0": 2}}  # steps 3 and 4 only
+    row, = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert row["cell"] == "elf-reg/t0/early-stop/nfe4/s0" and row["checkpoint_step"] == 4

@@ -28,6 +28,7 @@ from ..flow.objective import CountReduce, LossTerms, TrainBatch
 from ..jsonl import drop_cut_last_line, read_jsonl, write_jsonl
 from ..model.presets import student_from_config
 from ..model.student import Student
+from ..runs import first_difference, value_at
 from ..text.load import FrozenText, load_frozen_text
 from .batch import TrainingData, build_canvas, example_indices
 from .ema import EMA
@@ -206,20 +207,31 @@ RESUMABLE_TRAIN_CHANGES = frozenset({
     "host_memory", "progress", "parallel", "activation_checkpointing", "compile", "peak_tflops"})
 
 
-def _check_resumable(cfg: Config, saved: Config) -> None:
-    for section in ("text", "model", "flow", "loss"):
+def course_changes(cfg: Config, saved: Config, sections: tuple[str, ...] = ("text", "model", "flow", "loss")
+                   ) -> list[str]:
+    """What sets a run configured by ``cfg`` on another course than the run ``saved`` configured,
+    one entry per change with both values (``"train.lr: 0.001 then, 0.002 now"``): the first
+    differing key of each of ``sections`` (frozen-model sharding aside: it changes no number),
+    then every train setting outside :data:`RESUMABLE_TRAIN_CHANGES`. Empty: the same course."""
+    changes = []
+    for section in sections:
         mine, theirs = getattr(cfg, section), getattr(saved, section)
-        if section == "text":  # sharding the frozen models changes no number
+        if section == "text":
             mine, theirs = (dataclasses.replace(c, shard_frozen=False) for c in (mine, theirs))
-        if mine != theirs:
-            raise ValueError(
-                f"the run folder holds a checkpoint made with a different '{section}' config; "
-                "use a new train.out_dir (or the same config) to continue")
+        key = first_difference(dataclasses.asdict(theirs), dataclasses.asdict(mine), f"{section}.")
+        if key is not None:
+            before, now = (value_at(dataclasses.asdict(c), key.split(".", 1)[1]) for c in (theirs, mine))
+            changes.append(f"{key}: {before!r} then, {now!r} now")
     # a setting left to its default is the default of the code that runs: a newer elfreg's
     # defaults (ELF's recipe) would otherwise change an older run's schedule without a word
-    changed = [f"train.{f.name}: {getattr(saved.train, f.name)!r} in the checkpoint, {getattr(cfg.train, f.name)!r} now"
-               for f in dataclasses.fields(cfg.train) if f.name not in RESUMABLE_TRAIN_CHANGES
-               and getattr(cfg.train, f.name) != getattr(saved.train, f.name)]
+    changes += [f"train.{f.name}: {getattr(saved.train, f.name)!r} then, {getattr(cfg.train, f.name)!r} now"
+                for f in dataclasses.fields(cfg.train) if f.name not in RESUMABLE_TRAIN_CHANGES
+                and getattr(cfg.train, f.name) != getattr(saved.train, f.name)]
+    return changes
+
+
+def _check_resumable(cfg: Config, saved: Config) -> None:
+    changed = [c.replace(" then, ", " in the checkpoint, ") for c in course_changes(cfg, saved)]
     if changed:
         raise ValueError(f"resuming would change the run's course ({'; '.join(changed)}); set them as the "
                          "checkpoint has them (its config.yaml) or use a new train.out_dir")

@@ -1,5 +1,5 @@
 """``elfreg study --plan FILE.yaml [--out DIR] [--dry-run | --report | --report-to DIR] [--compare A B ...]
-[--overwrite] [key=value ...]``."""
+[--overwrite] [--adopt CELL RUN_DIR ...] [key=value ...]``."""
 
 from __future__ import annotations
 
@@ -55,11 +55,14 @@ def default_out(plan: str) -> Path:
 def run(args: argparse.Namespace) -> int:
     from elfreg.toy.study.compare import compare_arms, format_comparison, parse_arm
     from elfreg.toy.study.report import format_table, write_outputs
-    from elfreg.toy.study.runner import report_so_far, run_study, status
+    from elfreg.toy.study.runner import adopt_run, report_so_far, run_study, status
 
     study = load_plan(args.plan, args.override)
     out = Path(args.out or default_out(args.plan))
-    if args.dry_run:
+    if args.adopt:
+        for cell, source in args.adopt:
+            print(f"{cell}: adopted {source} as {adopt_run(study, out, cell, source)}")
+    if args.dry_run or args.adopt:
         print(format_status(study, status(study, out)))
         return 0
     arms = [(parse_arm(a, study), parse_arm(b, study)) for a, b in args.compare or []]
@@ -107,6 +110,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare", nargs=2, action="append", metavar=("A", "B"),
                    help="A − B per training run over the cells both share; an arm is a model (elf-reg) or a "
                         "model/sampler (elf-reg/renoise); repeatable; alone it runs nothing and prints only these")
+    mode.add_argument("--adopt", nargs=2, action="append", metavar=("CELL", "RUN_DIR"),
+                      help="copy a training run made outside the study (elfreg demo --seeds S) in as the training "
+                           "cell CELL (elf-reg/t1) after checking it was trained as the plan trains it; repeatable; "
+                           "runs nothing else")
     p.add_argument("--overwrite", action="store_true",
                    help="discard what another plan made in --out (its runs included) instead of refusing")
     add_progress_flag(p)

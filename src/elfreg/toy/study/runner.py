@@ -142,6 +142,43 @@ def training_done(study: Study, out: Path, cell: TrainCell) -> bool:
     return ckpt is not None and open_checkpoint(ckpt).meta["step"] >= study.models[cell.model].train.steps
 
 
+def adopt_run(study: Study, out: Path, cell_id: str, source: str | Path) -> Path:
+    """Copy the training run folder ``source``, made outside the study (``elfreg demo --config
+    BASE --seeds S``, ``elfreg train``), into ``out`` as the training cell ``cell_id``
+    (``elf-reg/t1``), so the study evaluates it instead of training it again; returns its new
+    folder. Refused in one line, with nothing written, when the cell is not in the plan, already
+    has a folder, or ``source`` holds no checkpoint, is in use, or was configured otherwise than
+    the plan trains the cell: any difference in the ``text``, ``model``, ``flow``, ``loss`` or
+    ``data`` section, or in a train setting that sets a run's course
+    (:func:`~elfreg.train.build.course_changes`). A run with fewer steps than the plan's is
+    adopted and finished by the study. The copy is written whole or not at all."""
+    from elfreg.folders import written_whole
+    from elfreg.train.build import course_changes
+
+    cells = {c.id: c for c in study.train_cells()}
+    if cell_id not in cells:
+        raise ValueError(f"--adopt: {cell_id!r} is not a training cell of this plan "
+                         f"(its cells: {', '.join(cells)})")
+    source = Path(source)
+    ckpt_path = resolve_checkpoint(source) if source.is_dir() else None
+    if ckpt_path is None:
+        raise ValueError(f"--adopt {cell_id}: {source} holds no checkpoint (give a run folder)")
+    with locked(out, what="study folder"), locked(source):
+        claim_folder(study, out)
+        target = run_dir(out, cells[cell_id])
+        if target.exists():
+            raise ValueError(f"--adopt {cell_id}: the study already has {target}; remove it first to replace it")
+        wanted = study.run_config(cells[cell_id], target)
+        changes = course_changes(wanted, open_checkpoint(ckpt_path).config,
+                                 sections=("text", "model", "flow", "loss", "data"))
+        if changes:
+            raise ValueError(f"--adopt {cell_id}: {source} was not trained as this plan trains {cell_id} "
+                             f"({'; '.join(changes)})")
+        with written_whole(target) as tmp:
+            shutil.copytree(source, tmp, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".lock"))
+    return target
+
+
 def status(study: Study, out: Path) -> dict:
     """What is done in ``out`` for ``study``, without touching anything (``--dry-run``)."""
     held = stored_plan(out) if out.is_dir() else None
