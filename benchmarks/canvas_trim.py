@@ -1,7 +1,7 @@
 """Canvas trimming (``sample.trim``) against the untrimmed sampler on trained toy checkpoints:
 speed and accuracy measured together, side by side in one run.
 
-    python benchmarks/canvas_trim.py runs/study-toy-level2/runs/elf-reg-long/t0/checkpoints/step-0008400 \\
+    python benchmarks/canvas_trim.py runs/study-toy-level2-adamw/runs/elf-reg-long/t0/checkpoints/step-0008400 \\
         --nfe 16 64 --seeds 0 1 --margins 0 8 --out docs/performance/canvas-trim-accuracy.json
 
 For every checkpoint, NFE and sampling seed, the held-out problems of the checkpoint's toy level

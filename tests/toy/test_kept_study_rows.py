@@ -15,7 +15,7 @@ PAGE = ROOT / "docs" / "records" / "2026-12-02-toy-study-format-1-student.md"  #
 # (kept folder, plan, overrides, the page's section that quotes its one-training-run table)
 KEPT = [
     ("level1-t2", "configs/study-toy-level1-2400.yaml", ["train_seeds=[2]"], "### Training seed 2"),
-    ("level2", "configs/study-toy-level2-curriculum.yaml", [], "## Multi-step problems"),
+    ("level2-adamw", "configs/study-toy-level2-adamw-curriculum.yaml", [], "## Multi-step problems"),
 ]
 CELL = re.compile(r"^(\d+\.\d) \(n/a, (\d+\.\d)\)$")
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from elfreg.cli import main
-from elfreg.config import ConfigError
+from elfreg.config import Config, ConfigError
 from elfreg.toy.study.plan import PlanFile, load_plan, resolve
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -73,9 +73,17 @@ def test_the_shipped_plans_load():
     assert {"early-stop", "full-span", "renoise", "renoise-schedule", "renoise-noise", "reg-off"} == set(
         study.plan.samplers)
     assert len(study.train_cells()) == 15 and len(study.eval_cells()) == 15 * 5 * 12 + 6 * 12
-    level2 = load_plan(CONFIGS / "study-toy-level2.yaml")
-    assert level2.base.data.toy_level == 2 and level2.base.train.steps == 6000
-    assert len(level2.train_cells()) == 2 and len(level2.eval_cells()) == 2 * 2 * 3 * 2
+    level2 = load_plan(CONFIGS / "study-toy-level2.yaml")  # the multi-step grid: every sampler, NFE 4-64
+    assert level2.base.data.toy_level == 2 and level2.base.train.steps == 8000 and level2.base.model.width == 96
+    assert level2.plan.models == ["elf", "repa", "elf-reg"] and level2.plan.nfes == [4, 8, 16, 32, 64]
+    assert level2.plan.samplers == study.plan.samplers and level2.plan.sample_seeds == [0, 1]
+    assert len(level2.train_cells()) == 9 and len(level2.eval_cells()) == 9 * 5 * 5 * 2 + 3 * 5 * 2
+    recipe = Config.load(CONFIGS / "toy-study-level2.yaml")  # what `elfreg demo --config` trains
+    trained = {k: v for k, v in level2.models["elf-reg"].to_dict().items() if k != "eval"}
+    assert trained == {k: v for k, v in recipe.to_dict().items() if k != "eval"}
+    adamw = load_plan(CONFIGS / "study-toy-level2-adamw.yaml")  # the kept rows' grid
+    assert adamw.base.data.toy_level == 2 and adamw.base.train.steps == 6000 and adamw.base.train.optimizer == "adamw"
+    assert len(adamw.train_cells()) == 2 and len(adamw.eval_cells()) == 2 * 2 * 3 * 2
     assert study.base.train.steps == 5800 and study.base.model.width == 64
     earlier = load_plan(CONFIGS / "study-toy-level1-2400.yaml")  # the grid of the records' runs
     assert earlier.base.train.steps == 2400 and earlier.base.model.width == 128
