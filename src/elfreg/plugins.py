@@ -9,6 +9,10 @@ name when a config asks for them:
   registered scheme and leaves hub ids and paths as they are.
 - ``elfreg.data_sources``: a ``data.source`` name (e.g. ``toy-arith``) → a function
   ``(DataConfig) -> list[Example]``.
+- ``elfreg.prompt_formats``: a ``data.source`` name → a function ``(question) -> prompt``: how
+  that source's loader wrote its prompts, for a source that formats them itself (the toy tasks
+  end each prompt with the newline their LMs were pretrained with) rather than through
+  ``data.template``; :func:`elfreg.text.templates.prompt_for` applies it at sampling time.
 
 elfreg registers its own toy room this way, so ``pip install -e .`` (or any install) is what
 makes ``toy:`` ids and the toy data sources available.
@@ -23,6 +27,7 @@ from typing import Any
 
 MODEL_SCHEMES = "elfreg.model_schemes"
 DATA_SOURCES = "elfreg.data_sources"
+PROMPT_FORMATS = "elfreg.prompt_formats"
 
 
 @cache

@@ -102,3 +102,24 @@ def test_a_checkpoint_trained_on_raw_prompts_is_evaluated_on_raw_prompts():
     custom = get_task("gsm8k", template="Q: {question}\nA:")
     custom.use_trained_template("raw")
     assert custom.prompt(problem) == "Q: What is 2 + 3?\nA:"
+
+
+def test_a_question_becomes_the_prompt_its_training_data_wrote():
+    """``prompt_for`` (what ``elfreg sample --question``, ``Model.prompt`` and the chat endpoint
+    send): a toy source's own format, which is the prompt of its training examples; else the
+    recipe's template with its main field filled; a template of several fields is refused."""
+    from elfreg.config import DataConfig
+    from elfreg.text.templates import prompt_for
+    from elfreg.toy.registry import toy_examples, toy_records
+
+    for source in ("toy-arith", "toy-code"):
+        data = DataConfig(source=source, toy_count=3)
+        records, examples = toy_records(data), toy_examples(data)
+        assert [prompt_for(data, r["prompt"]) for r in records] == [e.prompt for e in examples]
+        assert prompt_for(data, "Q?") == "Q?\n"
+    gsm8k = prompt_for(DataConfig(source="jsonl", path="rows.jsonl", template="gsm8k"), "What is 2 + 3?")
+    assert gsm8k == render_prompt(TEMPLATES["gsm8k"].prompt, {"question": "What is 2 + 3?"})
+    assert gsm8k.startswith("Solve the following math problem.") and gsm8k.endswith("\n\nWhat is 2 + 3?")
+    assert prompt_for(DataConfig(source="jsonl", path="rows.jsonl"), "add 1 2") == "add 1 2"  # raw
+    with pytest.raises(ValueError, match="^the prompt template mmlu needs the fields question, subject, choices; "):
+        prompt_for(DataConfig(source="jsonl", path="rows.jsonl", template="mmlu"), "Which?")

@@ -85,9 +85,21 @@ def test_cli_prints_answers_and_writes_jsonl(run_dir, no_teacher, tmp_path, caps
     assert [r.text for r in api] == [r["text"] for r in rows]
 
 
+def test_a_question_is_written_into_a_prompt_as_training_wrote_prompts(run_dir, no_teacher, tmp_path, capsys):
+    """``--question Q`` on a toy-task checkpoint samples the prompt the toy data source wrote in
+    training (Q and a newline; read whole, ``Q`` alone would leave the encoder a text it never saw
+    end that way): the same answers as ``--prompt "Q\\n"``, listed first."""
+    out = tmp_path / "q"
+    assert main(["sample", "--checkpoint", str(run_dir), "--prompt", "add 1 2\n", "--question", "add 1 2",
+                 "--nfe", "5", "--out", str(out), "--no-progress"]) == 0
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert [r["prompt"] for r in rows] == ["add 1 2\n", "add 1 2\n"] and rows[0]["text"] == rows[1]["text"]
+    capsys.readouterr()
+
+
 def test_cli_reports_usage_errors(run_dir, tmp_path, capsys):
     assert main(["sample", "--checkpoint", str(run_dir)]) == 2
-    assert "at least one --prompt" in capsys.readouterr().err
+    assert "give at least one --question, --prompt or a --prompts-file" in capsys.readouterr().err
     assert main(["sample", "--checkpoint", str(tmp_path / "missing"), "--prompt", "x", "--no-progress"]) == 2
     assert "no intact checkpoint found at" in capsys.readouterr().err
     prompts = tmp_path / "p.jsonl"

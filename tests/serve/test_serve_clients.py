@@ -13,7 +13,7 @@ openai = pytest.importorskip("openai", reason="the serving tests speak through t
 
 
 SYSTEM = "Be brief."
-USER = "Zoe has 5 shells and 6 more.\n"
+USER = "Zoe has 5 shells and 6 more."
 NEUTRAL = {"temperature": 1, "top_p": 1.0, "presence_penalty": 0, "frequency_penalty": 0.0, "logprobs": False}
 NULLS = {"temperature": None, "top_p": None, "logprobs": None}
 
@@ -21,14 +21,14 @@ NULLS = {"temperature": None, "top_p": None, "logprobs": None}
 
 def test_chat_with_a_system_message_max_completion_tokens_and_stream_options(running):
     # the system message is prepended to the user's turn, a blank line apart, inside the
-    # checkpoint's template (the toy checkpoint's is raw: the text itself)
-    full = running.model.generate([f"{SYSTEM}\n\n{USER}"], seed=1)[0]
+    # checkpoint's prompt format (the toy tasks': the text and a newline)
+    full = running.model.generate([f"{SYSTEM}\n\n{USER}\n"], seed=1)[0]
     tok = running.model.models.frozen.tokenizer
     assert len(tok.encode(full, add_special_tokens=False)) > 4  # so that 4 tokens cut it
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER}]
     whole = running.client.chat.completions.create(model="tiny", messages=messages, seed=1, **NEUTRAL)
     assert whole.choices[0].message.content == full and whole.choices[0].finish_reason in ("stop", "length")
-    assert whole.usage.prompt_tokens == len(f"{SYSTEM}\n\n{USER}")  # one token a character
+    assert whole.usage.prompt_tokens == len(f"{SYSTEM}\n\n{USER}\n")  # one token a character
     cut = running.client.chat.completions.create(model="tiny", messages=messages, seed=1, max_completion_tokens=4,
                                                  **NULLS)
     assert cut.choices[0].message.content == tok.decode(tok.encode(full, add_special_tokens=False)[:4])

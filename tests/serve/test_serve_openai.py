@@ -34,8 +34,9 @@ def test_completions_and_chat_give_generates_texts(running):
     assert [c.text for c in many.choices] == _texts(running.model, PROMPTS[:3], n=2)
     chat = running.client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": PROMPTS[1]}],
                                                   seed=1)
-    # the toy checkpoint's template is raw: the message is the prompt
-    assert chat.choices[0].message.content == _texts(running.model, [PROMPTS[1]], seed=1)[0]
+    # the message written into a prompt as the toy checkpoint's training data wrote them: a newline after it
+    assert running.model.prompt(PROMPTS[1]) == PROMPTS[1] + "\n"
+    assert chat.choices[0].message.content == _texts(running.model, [PROMPTS[1] + "\n"], seed=1)[0]
     assert chat.choices[0].message.role == "assistant" and chat.object == "chat.completion"
     assert [m.id for m in running.client.models.list().data] == ["tiny"]
 

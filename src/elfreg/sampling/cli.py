@@ -1,11 +1,14 @@
 """``elfreg sample``: answers for prompts from a checkpoint (ELF-REG §3, App. C).
 
-    elfreg sample --checkpoint RUN_DIR --prompt "..." [--prompt "..."] [--prompts-file FILE]
+    elfreg sample --checkpoint RUN_DIR --question "..." [--prompt "..."] [--prompts-file FILE]
                   [--samples 1] [--seed 0] [--out DIR [--trajectories [--record-every k]]]
                   [--sampler early-stop] [--nfe 64] [--sc-cfg 3] [every other sample.* setting]
 
-Every sampler setting is a flag named after its field of ``SampleConfig`` (``--renoise-eta``,
-``--adaptive-patience``, ...); unset ones come from the checkpoint's config. Prints every answer
+``--question`` is written into a whole prompt as the checkpoint's training prompts were (its
+template, or its data source's own format: :func:`elfreg.text.templates.prompt_for`);
+``--prompt`` and ``--prompts-file`` are whole prompts, read as they are. Every sampler setting is
+a flag named after its field of ``SampleConfig`` (``--renoise-eta``, ``--adaptive-patience``,
+...); unset ones come from the checkpoint's config. Prints every answer
 with the NFE it used. ``--out`` is a folder, as for every other command: ``samples.jsonl`` (one
 JSON object per sample), ``settings.json`` (the checkpoint, the resolved sampler settings, seeds
 and code version) and, with ``--trajectories``, ``trajectories/`` (one .safetensors per sample).
@@ -98,18 +101,20 @@ def _write_out(folder: Path, args: argparse.Namespace, prompts: list[str], sampl
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..text.templates import prompt_for
     from .generation import generate, load_checkpoint
 
     prompts = list(args.prompt or [])
     if args.prompts_file:
         prompts += _read_prompts(args.prompts_file)
-    if not prompts:
-        raise ValueError("give at least one --prompt or a --prompts-file")
+    if not prompts and not args.question:
+        raise ValueError("give at least one --question, --prompt or a --prompts-file")
     out = _check_out(args.out, args.trajectories)
     overrides = sample_overrides(args)
     SampleConfig().replace(**overrides)  # bad settings fail before the checkpoint is loaded
     apply_host_memory(args.host_memory)
     models = load_checkpoint(args.checkpoint, args.device, args.precision, use_ema=not args.raw_weights)
+    prompts = [prompt_for(models.config.data, q) for q in args.question or []] + prompts
     sample = models.config.sample.replace(**overrides)
     results = generate(models, prompts, sample, samples=args.samples,
                        seed=args.seed, batch_size=args.batch_size, compile=args.compile,
@@ -130,7 +135,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Generate answers with an ELF-REG checkpoint (ELF-REG §3, App. C). Unset sampler "
                                    "settings come from the checkpoint's config.")
     p.add_argument("--checkpoint", required=True, help="run folder, checkpoints folder or one checkpoint")
-    p.add_argument("--prompt", action="append", help="a prompt (repeatable)")
+    p.add_argument("--question", action="append",
+                   help="a question, written into a prompt as the checkpoint's training prompts were (repeatable)")
+    p.add_argument("--prompt", action="append", help="a whole prompt, read as it is (repeatable)")
     p.add_argument("--prompts-file", help="prompts: one per line, or a .jsonl file with a 'prompt' field")
     p.add_argument("--samples", type=int, default=1, help="samples per prompt; sample j uses seed + j")
     p.add_argument("--seed", type=int, default=0, help="seed of sample 0 (sample j uses seed + j; default 0)")

@@ -36,7 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..config import ConfigError, SampleConfig
 from ..sampling import GenerationResult
-from ..text.templates import get_template, render_prompt
+from ..text.templates import prompt_for
 from .batcher import NetworkClosed, RequestCancelled
 from .guard import GONE, install
 from .protocol import BadRequest, ChatRequest, CompletionRequest, error_body, parse_request
@@ -81,11 +81,10 @@ def create_app(server: Server) -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
         req = parse_request(ChatRequest, await request.body())
-        template = get_template(server.model.models.config.data.template)
-        if len(template.fields) != 1:
-            raise BadRequest(f"messages: this checkpoint's prompt template ({template.name}) needs the fields "
-                             f"{', '.join(template.fields)}; send the whole prompt to /v1/completions", "messages")
-        prompt = render_prompt(template.prompt, {template.main_field: req.question()})
+        try:
+            prompt = prompt_for(server.model.models.config.data, req.question())
+        except ValueError as err:
+            raise BadRequest(f"messages: this checkpoint's {err}; send it to /v1/completions", "messages") from None
         return await _answer(server, request, req, [prompt], chat=True)
 
     return app

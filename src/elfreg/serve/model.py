@@ -3,8 +3,8 @@
     import elfreg
     model = elfreg.load("runs/demo/elf-reg")              # a run, checkpoint or release folder
     model = elfreg.load("owner/name", revision="v1")     # a release on the Hub (elfreg export)
-    model.generate(["What is 2 + 3?"], nfe=16)           # -> ["2 + 3 = 5 ..."], one text a prompt
-    model.sample(["What is 2 + 3?"], samples=4, record_every=4)  # -> GenerationResult, trajectories
+    model.generate([model.prompt("What is 2 + 3?")], nfe=16)  # -> ["2 + 3 = 5 ..."], one text a prompt
+    model.sample([model.prompt("What is 2 + 3?")], samples=4, record_every=4)  # GenerationResult, trajectories
 
 Contract:
 
@@ -18,7 +18,9 @@ Contract:
   arguments; what is not given is the checkpoint's own setting (:attr:`Model.settings`); an
   unknown or invalid setting is a one-line :class:`~elfreg.config.ConfigError`;
 - :meth:`Model.generate` and :meth:`Model.sample` are :func:`elfreg.sampling.generate` on the
-  loaded checkpoint: the same texts for the same seed and settings.
+  loaded checkpoint: the same texts for the same seed and settings. They take whole prompts, as
+  the model read them in training; :meth:`Model.prompt` writes one from a question the way the
+  checkpoint's training data did (its template, or its data source's own format).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 
 from ..config import SampleConfig
 from ..sampling import GenerationResult, SamplingModels, generate, load_checkpoint
+from ..text.templates import prompt_for
 from .hub import fetch_release
 
 
@@ -66,6 +69,12 @@ class Model:
     def settings_with(self, **changes: Any) -> SampleConfig:
         """:attr:`settings` with ``changes`` (SampleConfig's fields), validated."""
         return self.settings.replace(**changes).validate()
+
+    def prompt(self, question: str) -> str:
+        """The whole prompt this checkpoint reads for ``question``, written as its training prompts
+        were (:func:`elfreg.text.templates.prompt_for`: the toy tasks add the newline their LMs
+        end a prompt with, GSM8K's template its boxed-answer instruction)."""
+        return prompt_for(self.models.config.data, question)
 
     def sample(self, prompts: str | list[str], *, samples: int = 1, seed: int = 0, batch_size: int = 8,
                record_every: int = 0, progress: bool = False, **settings: Any) -> list[GenerationResult]:

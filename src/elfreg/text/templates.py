@@ -28,9 +28,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["TEMPLATES", "Template", "format_answer", "format_example", "get_template", "prompt_values",
+from ..plugins import PROMPT_FORMATS, lookup
+
+if TYPE_CHECKING:
+    from ..config import DataConfig
+
+__all__ = ["TEMPLATES", "Template", "format_answer", "format_example", "get_template", "prompt_for", "prompt_values",
            "render_prompt"]
 
 LETTERS = "ABCD"
@@ -90,6 +95,22 @@ def render_prompt(template: str, values: Mapping[str, Any]) -> str:
     """The prompt ``template`` (a ``str.format`` string) makes of ``values``: the one function
     that builds both training prompts and evaluation prompts."""
     return template.format(**prompt_values(values))
+
+
+def prompt_for(data: DataConfig, question: str) -> str:
+    """The whole prompt a model trained on ``data`` reads for ``question``, as its training
+    prompts were written: by the data source's registered prompt format where it has one
+    (:data:`elfreg.plugins.PROMPT_FORMATS`; the toy tasks: the question and a newline), else by
+    ``data.template`` with its main field filled (``ValueError`` for a template of several fields,
+    such as MMLU's, whose other fields a question alone cannot fill)."""
+    own_format = lookup(PROMPT_FORMATS, data.source)
+    if own_format is not None:
+        return own_format(question)
+    template = get_template(data.template)
+    if len(template.fields) != 1:
+        raise ValueError(f"the prompt template {template.name} needs the fields {', '.join(template.fields)}; "
+                         "a question alone fills only the first: write the whole prompt")
+    return render_prompt(template.prompt, {template.main_field: question})
 
 
 _FINAL_PHRASE = re.compile(r"\n?\s*The answer is:?\s*(?P<value>[^\n]*?)\s*\.?\s*$")

@@ -31,10 +31,16 @@ def resolve_toy_id(name: str) -> str:
     return str(getattr(assets, folders[part]))
 
 
+def toy_prompt(question: str) -> str:
+    """A toy question as the prompt a toy-trained student reads: ending in the separator the toy
+    LMs were pretrained with, so the frozen encoder sees text exactly as in its pretraining (the
+    ``elfreg.prompt_formats`` entry of the toy sources: sampling writes prompts as training did)."""
+    return lm_prompt({"prompt": question})
+
+
 def as_example(record: dict) -> Example:
-    """A toy record as a (prompt, answer) pair, with the prompt ending in the separator the toy
-    LMs were pretrained with, so the frozen encoder sees text exactly as in its pretraining."""
-    return Example(prompt=lm_prompt(record), answer=record["answer"])
+    """A toy record as a (prompt, answer) pair, its prompt by :func:`toy_prompt`."""
+    return Example(prompt=toy_prompt(record["prompt"]), answer=record["answer"])
 
 
 def toy_records(cfg: DataConfig) -> list[dict]:
