@@ -78,6 +78,49 @@ def test_run_seeds_trains_each_seed_into_its_own_folder(tmp_path, monkeypatch):
         seeds_module.run_seeds(demo_config(quick=True), out, [1, 1])
 
 
+def test_a_finished_seed_is_reused_only_while_it_measured_what_is_asked(tmp_path, monkeypatch):
+    """A seed folder whose results.json reports the asked settings and the run's newest checkpoint
+    is not evaluated again; other evaluation settings, more steps, another seed's settings, a
+    checkpoint newer than the report, or a cut results.json make the seed run again."""
+    cfg = demo_config(quick=True)
+    out, calls = tmp_path / "spread", []
+    folder = out / "seed-1"
+    (folder / "elf-reg" / "checkpoints" / "step-0000010").mkdir(parents=True)
+
+    def fake_run_demo(run_cfg, out_dir, compare=False, progress=True):
+        calls.append(run_cfg.train.seed)
+        report = {**fake_report({("early-stop", 16): 0.5}), "config": run_cfg.to_dict(), "compare": compare}
+        report["models"]["elf-reg"]["checkpoint"] = str(out_dir / "elf-reg" / "checkpoints" / "step-0000010")
+        out_dir.mkdir(exist_ok=True)
+        (out_dir / "results.json").write_text(json.dumps(report))
+        return report
+
+    monkeypatch.setattr("elfreg.toy.demo.run_demo", fake_run_demo)
+    monkeypatch.setattr("elfreg.checkpoint.resolve_checkpoint",
+                        lambda run: max((run / "checkpoints").iterdir(), default=None))
+    seeds_module.run_seeds(cfg, out, [1])
+    assert calls == [1]
+    first = json.loads((out / "seeds.json").read_text())
+    seeds_module.run_seeds(cfg, out, [1])  # the same command again: nothing to run
+    assert calls == [1] and json.loads((out / "seeds.json").read_text())["rows"] == first["rows"]
+    seeds_module.run_seeds(cfg, out, [1, 2])  # a seed added: only it runs
+    assert calls == [1, 2]
+    for changed in ("eval.nfes=4", "train.steps=999", "sample.sc_cfg=2.5"):
+        seeds_module.run_seeds(demo_config(quick=True, overrides=[changed]), out, [1])
+        assert calls[-1] == 1 and len(calls) == 3, changed
+        calls.pop()
+        seeds_module.run_seeds(cfg, out, [1])  # the report of the base settings again
+        calls.pop()
+    assert seeds_module.finished_report(seed_config(cfg, 1), folder, compare=True) is None
+    assert seeds_module.finished_report(seed_config(cfg, 2), folder, compare=False) is None  # train.seed
+    assert seeds_module.finished_report(seed_config(cfg, 1), folder, compare=False) is not None
+    (folder / "elf-reg" / "checkpoints" / "step-0000020").mkdir()  # trained on since the report
+    assert seeds_module.finished_report(seed_config(cfg, 1), folder, compare=False) is None
+    (folder / "elf-reg" / "checkpoints" / "step-0000020").rmdir()
+    (folder / "results.json").write_text((folder / "results.json").read_text()[:50])  # cut by a kill
+    assert seeds_module.finished_report(seed_config(cfg, 1), folder, compare=False) is None
+
+
 def test_the_seed_figure_has_a_panel_per_loss_and_one_for_accuracy_when_measured(tmp_path):
     reports = {1: fake_report({("early-stop", 16): 0.8}), 2: fake_report({("early-stop", 16): 0.7})}
     titles = plot_seed_curves({"elf-reg": seed_curves(reports, "elf-reg")}, tmp_path / "a.png")

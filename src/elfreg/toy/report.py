@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
+
+from elfreg.runs import write_json_atomic
 
 LEVEL_NAMES = {1: "one-step", 2: "multi-step"}
 
@@ -73,7 +74,7 @@ def readout_lines(report: dict) -> list[str]:
 def write_outputs(out_dir: Path, report: dict) -> list[Path]:
     """Write ``results.json``, ``table.txt`` and the figures; return the paths written."""
     paths = [out_dir / "results.json", out_dir / "table.txt", out_dir / "pass1_vs_nfe.png"]
-    paths[0].write_text(json.dumps(report, indent=2))
+    write_json_atomic(paths[0], report)  # whole or not at all: a later --seeds run reuses it
     paths[1].write_text(format_table(report) + "\n")
     plot_pass1_vs_nfe(report, paths[2])
     if any(m["accuracy_curve"] for m in report["models"].values()):

@@ -3,7 +3,8 @@ runs lie apart.
 
 A toy result is only worth quoting when the recipe's training runs agree: with one seed a
 newcomer's number is a draw. Each seed is an ordinary demo run (resumable, locked) into
-``<out>/seed-<S>``; this module then writes beside them
+``<out>/seed-<S>``, whose finished report is reused when the same command (or one with more
+seeds) runs again (:func:`finished_report`); this module then writes beside them
 
     seeds.json           every run's pass@1 per (model, sampler, NFE), and their mean, sample std,
                          minimum, maximum and span (max - min), with the config
@@ -103,9 +104,36 @@ def run_seeds(cfg: Config, out_dir: str | Path, seeds: list[int], compare: bool 
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"run_seeds needs distinct training seeds, got {seeds}")
     with locked(out_dir, what="seeds folder") as out:
-        reports = {s: run_demo(seed_config(cfg, s), out / f"seed-{s}", compare=compare, progress=progress)
-                   for s in seeds}
+        reports = {}
+        for s in seeds:
+            run_cfg, folder = seed_config(cfg, s), out / f"seed-{s}"
+            reports[s] = (finished_report(run_cfg, folder, compare)
+                          or run_demo(run_cfg, folder, compare=compare, progress=progress))
         return _write_summary(cfg, out, reports)
+
+
+def finished_report(cfg: Config, folder: Path, compare: bool) -> dict | None:
+    """The report (``results.json``) a finished demo run left in ``folder``, when it measured what
+    ``cfg`` and ``compare`` ask for now: the same models, the same course and length of training
+    (:func:`~elfreg.train.build.course_changes`, ``train.steps``), the same evaluation and sampler
+    settings, and each model's newest checkpoint still the one it reports. Else None: the run is
+    finished or measured again (a seed added to a set of seeds evaluates only the new one)."""
+    from elfreg.checkpoint import resolve_checkpoint
+    from elfreg.train.build import course_changes
+
+    try:
+        report = json.loads((folder / "results.json").read_text())
+        saved = Config.from_dict(report["config"])
+    except (OSError, ValueError, KeyError):  # none, cut by a kill, or not a report
+        return None
+    if (report.get("compare") != compare or course_changes(cfg, saved, ("text", "model", "flow", "loss", "data"))
+            or (saved.train.steps, saved.eval, saved.sample) != (cfg.train.steps, cfg.eval, cfg.sample)):
+        return None
+    for variant, model in report["models"].items():
+        newest = resolve_checkpoint(folder / variant)
+        if newest is None or newest.name != Path(model["checkpoint"]).name:
+            return None
+    return report
 
 
 def _write_summary(cfg: Config, out: Path, reports: dict[int, dict]) -> dict:
