@@ -45,16 +45,18 @@ def checkpoint(tiny_assets, tmp_path_factory):
     return cfg.train.out_dir
 
 
-def _sample(checkpoint: Path, out: Path, *flags: str) -> str:
-    """stderr of ``elfreg sample`` in a process of its own, with --debug (which leaves the libraries'
+def _run(*argv: str) -> str:
+    """stderr of ``elfreg ARGV`` in a process of its own, with --debug (which leaves the libraries'
     bars as they are: only --no-progress may turn them off)."""
     elfreg = Path(sys.executable).parent / "elfreg"
     env = {k: v for k, v in os.environ.items() if k not in BARS_OFF_ENV}
-    proc = subprocess.run([str(elfreg), "sample", "--checkpoint", str(checkpoint), "--prompt", "1+2=", "--nfe", "4",
-                           "--out", str(out), "--debug", *flags], capture_output=True, text=True, env=env,
-                          timeout=300)
+    proc = subprocess.run([str(elfreg), *argv, "--debug"], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stderr
+
+
+def _sample(checkpoint: Path, out: Path, *flags: str) -> str:
+    return _run("sample", "--checkpoint", str(checkpoint), "--prompt", "1+2=", "--nfe", "4", "--out", str(out), *flags)
 
 
 def test_no_progress_silences_elfregs_bars_and_the_libraries(checkpoint, tmp_path):
@@ -81,3 +83,22 @@ def test_library_bars_follow_progress_inside_the_block_only(bars_as_a_new_proces
     assert hf_logging.is_progress_bar_enabled()
     with library_bars(True):
         assert hf_logging.is_progress_bar_enabled()
+
+
+def test_train_and_distill_take_no_progress_too(checkpoint, tmp_path):
+    """``elfreg train`` and ``elfreg distill`` accept --no-progress (as ``train.progress=false``):
+    their step bars and the libraries' loading bars stay off."""
+    import yaml
+
+    cfg = yaml.safe_load((Path(checkpoint) / "config.yaml").read_text())
+    cfg["train"].update(out_dir=str(tmp_path / "run"), steps=2, ckpt_every=2, progress=True)
+    (tmp_path / "train.yaml").write_text(yaml.safe_dump(cfg))
+    assert _bars(_run("train", "--config", str(tmp_path / "train.yaml"))) != []  # the check below can fail
+    assert _bars(_run("train", "--config", str(tmp_path / "train.yaml"), "--no-progress",
+                      f"train.out_dir={tmp_path / 'quiet'}")) == []
+    distill = {"distill": {"student_steps": [2], "teacher_steps": [2]},
+               "train": {"out_dir": str(tmp_path / "distilled"), "steps": 2, "batch_size": 4, "ckpt_every": 2,
+                         "optimizer": "adamw", "lr": 1e-3, "schedule": "constant", "warmup_steps": 1}}
+    (tmp_path / "distill.yaml").write_text(yaml.safe_dump(distill))
+    assert _bars(_run("distill", "--checkpoint", str(checkpoint), "--config", str(tmp_path / "distill.yaml"),
+                      "--no-progress")) == []

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import argparse
 
-from ..config import Config
+from ..config import Config, add_progress_flag
 
 
 def run(args: argparse.Namespace) -> int:
     from ..distributed import env_dist, shutdown_distributed
     from .loop import train
 
-    cfg = Config.load(args.config, args.override)
+    cfg = Config.load(args.config, [*args.override, *(["train.progress=false"] if args.no_progress else [])])
     result = train(cfg, resume=not args.fresh)
     shutdown_distributed()
     if env_dist().is_main:  # under torchrun only rank 0 reports
@@ -28,5 +28,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", required=True, help="YAML config (see configs/)")
     p.add_argument("--fresh", action="store_true",
                    help="refuse to continue an existing run (default: resume from train.out_dir)")
+    add_progress_flag(p)  # as train.progress=false, and the libraries' bars too
     p.add_argument("override", nargs="*", help="key.sub=value overrides, e.g. train.steps=200")
     p.set_defaults(func=run)

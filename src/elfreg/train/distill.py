@@ -35,7 +35,14 @@ from typing import Any
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
 from ..checkpoint import Checkpoint, has_checkpoints, open_checkpoint, resolve_checkpoint
-from ..config import Config, ConfigError, apply_config_overrides, few_step_sampling, read_yaml_mapping
+from ..config import (
+    Config,
+    ConfigError,
+    add_progress_flag,
+    apply_config_overrides,
+    few_step_sampling,
+    read_yaml_mapping,
+)
 from ..distributed import env_dist
 from ..flow.distill import draw_distill
 from ..host_memory import apply_host_memory
@@ -220,7 +227,8 @@ def run(args: argparse.Namespace) -> int:
     from ..distributed import shutdown_distributed
 
     teacher = open_checkpoint(args.checkpoint)
-    cfg = distill_config(teacher.config, args.config, args.override)
+    cfg = distill_config(teacher.config, args.config,
+                         [*args.override, *(["train.progress=false"] if args.no_progress else [])])
     results = distill(cfg, args.checkpoint, resume=not args.fresh)
     shutdown_distributed()
     if env_dist().is_main:  # under torchrun only rank 0 reports
@@ -239,5 +247,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                    "optionally data, sample, eval (see configs/distill-*.yaml)")
     p.add_argument("--fresh", action="store_true",
                    help="refuse an out_dir that holds rounds already (default: resume the unfinished round)")
+    add_progress_flag(p)  # as train.progress=false, and the libraries' bars too
     p.add_argument("override", nargs="*", help="key.sub=value overrides, e.g. distill.student_steps=4,2")
     p.set_defaults(func=run)
