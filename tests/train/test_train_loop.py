@@ -80,6 +80,9 @@ def test_refuses_to_overwrite_and_to_resume_a_different_config(tiny_cfg, tmp_pat
     other = tiny_cfg(train={"steps": 4, "out_dir": str(tmp_path / "r")}, model={"depth": 1, "repa_block": 1})
     with pytest.raises(ValueError, match=r"\(model.depth: 2 in the checkpoint, 1 now\); set them"):
         train(other, EXAMPLES)
+    other = tiny_cfg(train={"steps": 4, "out_dir": str(tmp_path / "r")}, data={"toy_count": 77})
+    with pytest.raises(ValueError, match=r"\(data.toy_count: 20000 in the checkpoint, 77 now\); set them"):
+        train(other, EXAMPLES)
     # a default that moved (a config that leaves the schedule to a newer elfreg) is named, not applied
     other = tiny_cfg(train={"steps": 4, "out_dir": str(tmp_path / "r"), "schedule": "constant", "lr": 2e-3})
     with pytest.raises(ValueError, match=r"^resuming would change the run's course \(train.lr: 0.001 in the "
@@ -88,7 +91,9 @@ def test_refuses_to_overwrite_and_to_resume_a_different_config(tiny_cfg, tmp_pat
         train(other, EXAMPLES)
     assert yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())["train"]["schedule"] == "cosine"
     # going further, writing elsewhere and more often is how a run is continued
-    longer = tiny_cfg(train={"steps": 4, "out_dir": str(tmp_path / "r"), "ckpt_every": 1, "log_every": 2})
+    # (and where the data's files lie)
+    longer = tiny_cfg(train={"steps": 4, "out_dir": str(tmp_path / "r"), "ckpt_every": 1, "log_every": 2},
+                      data={"path": str(tmp_path / "moved")})
     train(longer, EXAMPLES)
     assert open_checkpoint(tmp_path / "r").meta["step"] == 4
 

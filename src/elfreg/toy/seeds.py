@@ -126,7 +126,7 @@ def finished_report(cfg: Config, folder: Path, compare: bool) -> dict | None:
         saved = Config.from_dict(report["config"])
     except (OSError, ValueError, KeyError):  # none, cut by a kill, or not a report
         return None
-    if (report.get("compare") != compare or course_changes(cfg, saved, ("text", "model", "flow", "loss", "data"))
+    if (report.get("compare") != compare or course_changes(cfg, saved)
             or (saved.train.steps, saved.eval, saved.sample) != (cfg.train.steps, cfg.eval, cfg.sample)):
         return None
     for variant, model in report["models"].items():

@@ -19,7 +19,7 @@ import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
 from ..checkpoint import CheckpointError, clean_temporaries, has_checkpoints, open_checkpoint, resolve_checkpoint
-from ..config import Config
+from ..config import Config, DataConfig
 from ..data.examples import load_examples
 from ..device import resolve_device, use_bf16
 from ..distributed import DistInfo, init_distributed, rank_device
@@ -182,8 +182,9 @@ def resume(run: Run, checkpoint: str | Path) -> int:
     the losses an uninterrupted run would have. Either checkpoint form (one-process files, or
     the sharded form of a ``ddp``/``fsdp2`` run) resumes any run, at any number of ranks
     (:func:`elfreg.train.sharded.restore`). A checkpoint made with different
-    ``text``/``model``/``flow``/``loss`` settings, or ``train`` settings that set its course
-    (all but :data:`RESUMABLE_TRAIN_CHANGES`), is refused (``ValueError``).
+    ``text``/``model``/``flow``/``loss``/``data`` settings (where the data's files lie aside), or
+    ``train`` settings that set its course (all but :data:`RESUMABLE_TRAIN_CHANGES`), is refused
+    (``ValueError``, :func:`course_changes`).
     """
     ckpt = open_checkpoint(checkpoint)
     _check_resumable(run.cfg, ckpt.config)
@@ -207,17 +208,26 @@ RESUMABLE_TRAIN_CHANGES = frozenset({
     "host_memory", "progress", "parallel", "activation_checkpointing", "compile", "peak_tflops"})
 
 
-def course_changes(cfg: Config, saved: Config, sections: tuple[str, ...] = ("text", "model", "flow", "loss")
-                   ) -> list[str]:
+def _where_data_lives_aside(data: DataConfig) -> DataConfig:
+    """``data`` without the paths its rows are read from (a moved folder holds the same rows)."""
+    return dataclasses.replace(data, path=None, prepared=None,
+                               sources=[dataclasses.replace(s, path="") for s in data.sources])
+
+
+def course_changes(cfg: Config, saved: Config,
+                   sections: tuple[str, ...] = ("text", "model", "flow", "loss", "data")) -> list[str]:
     """What sets a run configured by ``cfg`` on another course than the run ``saved`` configured,
     one entry per change with both values (``"train.lr: 0.001 then, 0.002 now"``): the first
-    differing key of each of ``sections`` (frozen-model sharding aside: it changes no number),
-    then every train setting outside :data:`RESUMABLE_TRAIN_CHANGES`. Empty: the same course."""
+    differing key of each of ``sections`` (aside from what changes no number: sharding the frozen
+    models, where the data's files lie), then every train setting outside
+    :data:`RESUMABLE_TRAIN_CHANGES`. Empty: the same course."""
     changes = []
     for section in sections:
         mine, theirs = getattr(cfg, section), getattr(saved, section)
         if section == "text":
             mine, theirs = (dataclasses.replace(c, shard_frozen=False) for c in (mine, theirs))
+        elif section == "data":
+            mine, theirs = _where_data_lives_aside(mine), _where_data_lives_aside(theirs)
         key = first_difference(dataclasses.asdict(theirs), dataclasses.asdict(mine), f"{section}.")
         if key is not None:
             before, now = (value_at(dataclasses.asdict(c), key.split(".", 1)[1]) for c in (theirs, mine))

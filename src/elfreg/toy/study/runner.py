@@ -169,8 +169,7 @@ def adopt_run(study: Study, out: Path, cell_id: str, source: str | Path) -> Path
         if target.exists():
             raise ValueError(f"--adopt {cell_id}: the study already has {target}; remove it first to replace it")
         wanted = study.run_config(cells[cell_id], target)
-        changes = course_changes(wanted, open_checkpoint(ckpt_path).config,
-                                 sections=("text", "model", "flow", "loss", "data"))
+        changes = course_changes(wanted, open_checkpoint(ckpt_path).config)
         if changes:
             raise ValueError(f"--adopt {cell_id}: {source} was not trained as this plan trains {cell_id} "
                              f"({'; '.join(changes)})")
