@@ -215,12 +215,13 @@ def _where_data_lives_aside(data: DataConfig) -> DataConfig:
 
 
 def course_changes(cfg: Config, saved: Config,
-                   sections: tuple[str, ...] = ("text", "model", "flow", "loss", "data")) -> list[str]:
+                   sections: tuple[str, ...] = ("text", "model", "flow", "loss", "data"),
+                   saved_as: str = "then") -> list[str]:
     """What sets a run configured by ``cfg`` on another course than the run ``saved`` configured,
     one entry per change with both values (``"train.lr: 0.001 then, 0.002 now"``): the first
     differing key of each of ``sections`` (aside from what changes no number: sharding the frozen
     models, where the data's files lie), then every train setting outside
-    :data:`RESUMABLE_TRAIN_CHANGES`. Empty: the same course."""
+    :data:`RESUMABLE_TRAIN_CHANGES`; ``saved_as`` names ``saved``'s values. Empty: the same course."""
     changes = []
     for section in sections:
         mine, theirs = getattr(cfg, section), getattr(saved, section)
@@ -231,17 +232,17 @@ def course_changes(cfg: Config, saved: Config,
         key = first_difference(dataclasses.asdict(theirs), dataclasses.asdict(mine), f"{section}.")
         if key is not None:
             before, now = (value_at(dataclasses.asdict(c), key.split(".", 1)[1]) for c in (theirs, mine))
-            changes.append(f"{key}: {before!r} then, {now!r} now")
+            changes.append(f"{key}: {before!r} {saved_as}, {now!r} now")
     # a setting left to its default is the default of the code that runs: a newer elfreg's
     # defaults (ELF's recipe) would otherwise change an older run's schedule without a word
-    changes += [f"train.{f.name}: {getattr(saved.train, f.name)!r} then, {getattr(cfg.train, f.name)!r} now"
+    changes += [f"train.{f.name}: {getattr(saved.train, f.name)!r} {saved_as}, {getattr(cfg.train, f.name)!r} now"
                 for f in dataclasses.fields(cfg.train) if f.name not in RESUMABLE_TRAIN_CHANGES
                 and getattr(cfg.train, f.name) != getattr(saved.train, f.name)]
     return changes
 
 
 def _check_resumable(cfg: Config, saved: Config) -> None:
-    changed = [c.replace(" then, ", " in the checkpoint, ") for c in course_changes(cfg, saved)]
+    changed = course_changes(cfg, saved, saved_as="in the checkpoint")
     if changed:
         raise ValueError(f"resuming would change the run's course ({'; '.join(changed)}); set them as the "
                          "checkpoint has them (its config.yaml) or use a new train.out_dir")
