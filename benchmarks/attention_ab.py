@@ -40,15 +40,9 @@ from perf.gemm import timed_beside_probe
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shape", choices=sorted(run.SHAPES), default=run.B.name,
-                   help="network shape (default elf-reg-b; tiny is the smoke test's)")
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
-    p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
+    run.add_call_arguments(p, batches=[1, 8, 32])
     p.add_argument("--group-mib", type=float, nargs="*", default=[], help="more group sizes of the matmul path")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--probe-n", type=int, default=2048,
-                   help="size n of the n×n×n GEMM probe timed beside the calls (the smoke test's is small: a 2048 "
-                        "bf16 GEMM takes minutes where bf16 is emulated)")
+    run.add_probe_arguments(p)
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     args = p.parse_args()
     shape = run.SHAPES[args.shape]

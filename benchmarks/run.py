@@ -52,6 +52,24 @@ TINY_WIDE = Shape("tiny-wide", width=64, depth=2, heads=2, repa_block=1, project
 SHAPES = {s.name: s for s in (TINY, DEMO, B)}
 
 
+def add_call_arguments(p: argparse.ArgumentParser, batches: list[int]) -> None:
+    """``--shape``, ``--precision`` and ``--batches``: what the A/B scripts of sampling calls
+    (attention_ab, cache_chunks_ab, sampling_host_memory_ab) build and time."""
+    p.add_argument("--shape", choices=sorted(SHAPES), default=B.name,
+                   help="network shape (default elf-reg-b; tiny is the smoke test's)")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
+    p.add_argument("--batches", type=int, nargs="+", default=batches)
+
+
+def add_probe_arguments(p: argparse.ArgumentParser) -> None:
+    """``--repeats`` and ``--probe-n`` of the scripts that time calls beside a GEMM probe
+    (:func:`perf.gemm.timed_beside_probe`)."""
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--probe-n", type=int, default=2048,
+                   help="size n of the n×n×n GEMM probe timed beside the calls (the smoke test's is small: a 2048 "
+                        "bf16 GEMM takes minutes where bf16 is emulated)")
+
+
 def plan(quick: bool, full: bool = False) -> dict[str, Any]:
     """Shapes, sizes and repeats of a run. ``full`` adds the B shape's slowest cases on a CPU:
     network calls at batch 32 and end-to-end sampling at batch 16 (about half an hour more on 2

@@ -21,10 +21,7 @@ from perf.host_memory import host_memory_section
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shape", choices=sorted(run.SHAPES), default=run.B.name,
-                   help="network shape (default elf-reg-b; tiny is the smoke test's)")
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
-    p.add_argument("--batches", type=int, nargs="+", default=[8, 16, 32])
+    run.add_call_arguments(p, batches=[8, 16, 32])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--calls", type=int, default=3, help="timed calls per process, after one untimed")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
