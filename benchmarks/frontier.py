@@ -16,6 +16,11 @@ with every other (``perf.common.interleaved``: the median of ``--repeats`` round
 thread count and precision. An answer does not depend on its batch on a CPU, so one pass@1 serves
 every batch size.
 
+A study that distils (its plan's ``distill`` section, docs/distillation.md) adds its distilled
+students as the model ``<model>-distilled`` at N + 1 NFE per round, and their teachers at those
+NFE where the main grid has no entry, read from the study's distilled table and timed with each
+round's first-seed checkpoint: the distilled points beside early-stop at the same calls.
+
 Beside the timings, the positions each problem's network calls process: calls × canvas rows for
 the flow model (every call reads the whole canvas), prompt + one position per generated token for
 the AR model (its KV cache keeps what it has read). Their ratio is why one is ahead of the other.
@@ -43,8 +48,9 @@ from elfreg.toy.corpus import lm_prompt
 from elfreg.toy.demo import demo_config, heldout_problems
 from elfreg.toy.lm import greedy_generate, load_lm, score_answer
 from elfreg.toy.registry import as_example
-from elfreg.toy.study.plan import Study, load_plan
-from elfreg.toy.study.runner import report_so_far, run_dir, run_study
+from elfreg.toy.study.plan import DistilledCell, EvalCell, Study, load_plan
+from elfreg.toy.study.runner import distill_dir, report_so_far, run_dir, run_study
+from elfreg.train.distill import round_folder
 
 from perf.common import interleaved, write_report
 
@@ -52,12 +58,40 @@ WITHIN = 0.01
 """A setting counts as matching a model's best accuracy when it is within one point of it."""
 
 
+TIMING_ONLY = ("lm_dir", "checkpoint", "sample")
+"""What a point carries for its timing alone, not into the rows."""
+
+
+def _point(model: str, e: dict, checkpoint: Path, sample: Any) -> dict[str, Any]:
+    return {"model": model, "sampler": e["sampler"], "nfe": e["nfe"], "pass@1": e["pass@1"],
+            "train_seeds": e["n_train_seeds"], "sample_seeds": e["n_sample_seeds"], "checkpoint": checkpoint,
+            "sample": sample}
+
+
 def study_points(study: Study, out: Path) -> list[dict[str, Any]]:
-    """Every finished (model, sampler, NFE) entry of the study's table."""
-    table = report_so_far(study, out)["table"]
-    return [{"model": e["model"], "sampler": e["sampler"], "nfe": e["nfe"], "pass@1": e["pass@1"],
-             "train_seeds": e["n_train_seeds"], "sample_seeds": e["n_sample_seeds"]}
-            for e in table if e["pass@1"] is not None]
+    """Every finished (model, sampler, NFE) entry of the study's table, then of its distilled
+    table (a teacher's entry only where the main table has none), each with the first training
+    seed's checkpoint and the sample settings it is timed with."""
+    report = report_so_far(study, out)
+    first = study.plan.train_seeds[0]
+    points = []
+    for e in report["table"]:
+        if e["pass@1"] is not None:
+            cell = EvalCell(e["model"], first, e["sampler"], e["nfe"], 0)
+            points.append(_point(e["model"], e, run_dir(out, cell.train_cell), study.sample_config(cell)))
+    seen = {(p["model"], p["sampler"], p["nfe"]) for p in points}
+    for e in report.get("distilled", []):
+        cell = DistilledCell(e["model"], first, e["steps"], e["student"] == "distilled", e["sampler"], 0)
+        model = f"{e['model']}-distilled" if cell.distilled else e["model"]
+        if e["pass@1"] is None or (model, e["sampler"], e["nfe"]) in seen:
+            continue
+        checkpoint = run_dir(out, cell.train_cell)
+        if cell.distilled:
+            cfg = study.distill_config(cell.train_cell, distill_dir(out, cell.train_cell), progress=False)
+            checkpoint = round_folder(cfg, study.distill_steps.index(cell.steps) + 1, cell.steps)
+        points.append({**_point(model, e, checkpoint, study.distilled_sample_config(cell)),
+                       "distilled_steps": cell.steps if cell.distilled else None})
+    return points
 
 
 def ar_point(ar_dir: Path) -> dict[str, Any]:
@@ -79,14 +113,14 @@ def teacher_point(study: Study, problems: list[dict]) -> dict[str, Any]:
             "lm_dir": lm_dir}
 
 
-def timing_cases(study: Study, out: Path, points: list[dict], problems: list[dict], batch: int
+def timing_cases(study: Study, points: list[dict], problems: list[dict], batch: int
                  ) -> tuple[dict[str, Any], dict[str, dict]]:
     """One callable per point at ``batch`` rows (or AR sequences) per call, and what each
     processes per problem."""
     cases: dict[str, Any] = {}
     work: dict[str, dict] = {}
-    first_seed = study.plan.train_seeds[0]
-    students: dict[str, Any] = {}
+    students: dict[Path, tuple[Any, Any]] = {}
+    frozen: dict[str, Any] = {}
     for p in points:
         name = f"{p['model']}/{p['sampler']}/nfe{p['nfe']}/b{batch}"
         if p["model"] in ("ar", "teacher"):
@@ -100,39 +134,47 @@ def timing_cases(study: Study, out: Path, points: list[dict], problems: list[dic
             work[name] = {"positions": statistics.fmean(a + b for a, b in zip(prompt_tokens, new_tokens, strict=True)),
                           "calls": statistics.fmean(new_tokens)}
             continue
-        cell = next(c for c in study.train_cells() if c.model == p["model"] and c.train_seed == first_seed)
-        cfg = study.run_config(cell, run_dir(out, cell), progress=False)
-        if p["model"] not in students:
-            students[p["model"]] = open_checkpoint(run_dir(out, cell)).load_student(use_ema=True)
-        frozen = load_frozen_text(cfg.text, with_teacher=False)
-        sample = study.sample_config(next(c for c in study.eval_cells(cell)
-                                          if (c.sampler, c.nfe) == (p["sampler"], p["nfe"])))
+        if p["checkpoint"] not in students:
+            ckpt = open_checkpoint(p["checkpoint"])
+            students[p["checkpoint"]] = ckpt.load_student(use_ema=True), ckpt.config
+        student, cfg = students[p["checkpoint"]]
+        text_key = repr(cfg.text)  # a distilled student reads its teacher's frozen models
+        if text_key not in frozen:
+            frozen[text_key] = load_frozen_text(cfg.text, with_teacher=False)
         prompts = [as_example(q).prompt for q in problems]
-        cases[name] = (lambda s=students[p["model"]], f=frozen, ps=prompts, sc=sample, c=cfg:
+        cases[name] = (lambda s=student, f=frozen[text_key], ps=prompts, sc=p["sample"], c=cfg:
                        generate(s, ps, sc, frozen_text=f, flow=c.flow, batch_size=batch, progress=False))
         calls = statistics.fmean(r.nfe for r in cases[name]())
         work[name] = {"positions": calls * cfg.text.canvas_len, "calls": calls}
     return cases, work
 
 
-def measure(study: Study, out: Path, points: list[dict], problems: list[dict], batches: list[int],
-            repeats: int) -> list[dict[str, Any]]:
+def measure(study: Study, points: list[dict], problems: list[dict], batches: list[int], repeats: int
+            ) -> list[dict[str, Any]]:
     """Seconds per problem of every point at every batch size, all cases of one batch size timed
     interleaved (an untimed first round warms every case up)."""
     rows = []
     for batch in batches:
-        cases, work = timing_cases(study, out, points, problems, batch)
+        cases, work = timing_cases(study, points, problems, batch)
         seconds = interleaved(cases, repeats, torch.device("cpu"), warmup=0)
         for p in points:
             name = f"{p['model']}/{p['sampler']}/nfe{p['nfe']}/b{batch}"
-            rows.append({**{k: v for k, v in p.items() if k != "lm_dir"}, "batch": batch,
+            rows.append({**{k: v for k, v in p.items() if k not in TIMING_ONLY}, "batch": batch,
                          "seconds_per_problem": seconds[name] / len(problems), **work[name]})
     return rows
 
 
-def summarise(rows: list[dict], batches: list[int], model: str = "elf-reg") -> dict[str, Any]:
-    """Per batch size: ``model``'s best pass@1, its fastest setting within :data:`WITHIN` of it,
-    and that setting against the AR baseline (speed ratio > 1: the flow model is faster)."""
+SUMMARISED = ("elf-reg", "elf-reg-distilled")
+
+
+def summarise(rows: list[dict], batches: list[int]) -> dict[str, Any]:
+    """Per model of :data:`SUMMARISED` measured, per batch size: its best pass@1, its fastest setting
+    within :data:`WITHIN` of it, and that setting against the AR baseline (speed ratio > 1: the
+    flow model is faster)."""
+    return {m: by_batch for m in SUMMARISED if (by_batch := _summarise_model(rows, batches, m))}
+
+
+def _summarise_model(rows: list[dict], batches: list[int], model: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for b in batches:
         mine = [r for r in rows if r["batch"] == b and r["model"] == model]
@@ -184,10 +226,12 @@ def markdown(rows: list[dict], summary: dict, batches: list[int]) -> str:
             lines.append(f"| {r['model']} | {r['sampler']} | {r['nfe'] if r['nfe'] else '–'} | "
                          f"{100 * r['pass@1']:.1f} | {r['seconds_per_problem']:.4f} | {r['calls']:.1f} | "
                          f"{r['positions']:.0f} |")
-        if str(b) in summary:
-            s = summary[str(b)]
+        for model, by_batch in summary.items():
+            if str(b) not in by_batch:
+                continue
+            s = by_batch[str(b)]
             f = s["fastest_within"]
-            lines += ["", f"elf-reg's best {100 * s['best_pass@1']:.1f} %; fastest within one point: {f['sampler']} "
+            lines += ["", f"{model}'s best {100 * s['best_pass@1']:.1f} %; fastest within one point: {f['sampler']} "
                       f"at {f['nfe']} NFE, {100 * f['pass@1']:.1f} %, {f['seconds_per_problem']:.4f} s; AR "
                       f"{100 * s['ar']['pass@1']:.1f} %, {s['ar']['seconds_per_problem']:.4f} s: "
                       f"{s['speed_over_ar']:.2f}x AR's speed, {100 * s['accuracy_over_ar']:+.1f} points, "
@@ -197,8 +241,9 @@ def markdown(rows: list[dict], summary: dict, batches: list[int]) -> str:
 
 
 def quick_inputs(root: Path) -> tuple[Study, Path, Path]:
-    """A study of one tiny ELF-REG model and its AR baseline (the CI-sized toy LMs, a few
-    steps), trained into ``root``: the machinery end to end, at no accuracy."""
+    """A study of one tiny ELF-REG model, distilled into 2- and 1-step students, and its AR
+    baseline (the CI-sized toy LMs, a few steps), trained into ``root``: the machinery end to
+    end, at no accuracy."""
     base = demo_config(quick=True, overrides=["data.toy_level=2", "data.toy_balance=combination",
                                               "text.canvas_len=104", "text.prompt_cap=48", "eval.limit=4",
                                               "eval.curve_points=0"]).to_dict()
@@ -207,8 +252,12 @@ def quick_inputs(root: Path) -> tuple[Study, Path, Path]:
     base["train"].update(steps=4, batch_size=4, ckpt_every=4)
     base.pop("eval", None)
     base["eval"] = {"split": "test", "limit": 4, "curve_points": 0}
+    distill = {"distill": {"student_steps": [2, 1], "teacher_steps": [2, 2], "round_sampling": "sample"},
+               "sample": {"sampler": "full-span", "full_span_grid": "uniform"},
+               "train": {"steps": 2, "batch_size": 4, "ckpt_every": 2, "warmup_steps": 1, "out_dir": "unused"}}
     plan = {"base": base, "models": ["elf-reg"], "train_seeds": [0], "samplers": ["early-stop", "full-span"],
-            "nfes": [2, 4], "sample_seeds": [0]}
+            "nfes": [2, 4], "sample_seeds": [0],
+            "distill": {"config": distill, "models": ["elf-reg"], "samplers": ["round", "early-stop"]}}
     root.mkdir(parents=True, exist_ok=True)
     (root / "plan.json").write_text(json.dumps(plan))
     study = load_plan(root / "plan.json")
@@ -244,7 +293,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     problems = heldout_problems(study.base)
     points = [pt for pt in study_points(study, study_dir) if not args.models or pt["model"] in args.models]
     points += [ar_point(ar_dir), teacher_point(study, problems)]
-    rows = measure(study, study_dir, points, problems[: args.timing_problems], args.batches, args.repeats)
+    rows = measure(study, points, problems[: args.timing_problems], args.batches, args.repeats)
     summary = summarise(rows, args.batches)
     out.mkdir(parents=True, exist_ok=True)
     settings = {"plan": study.to_dict(), "study": str(study_dir), "ar": str(ar_dir), "batches": args.batches,

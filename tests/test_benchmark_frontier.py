@@ -1,4 +1,5 @@
-"""benchmarks/frontier.py --quick: a tiny study and its AR baseline trained, read and timed together."""
+"""benchmarks/frontier.py --quick: a tiny study, its distilled students and its AR baseline trained, read and
+timed together."""
 
 from __future__ import annotations
 
@@ -20,22 +21,33 @@ def test_quick_frontier_reads_the_study_and_ar_results_and_times_every_point(tmp
     rows = report["rows"]
     study = json.loads((out / "quick-inputs" / "study" / "results.json").read_text())
     ar = json.loads((out / "quick-inputs" / "ar" / "results.json").read_text())
+    # the distilled table: the 2- and 1-step students, and their teachers where the grid has no
+    # entry (elf-reg early-stop at NFE 2 is the grid's own)
+    distilled = {(e["model"] + ("-distilled" if e["student"] == "distilled" else ""), e["sampler"], e["nfe"]): e
+                 for e in study["distilled"]}
+    assert set(distilled) == {("elf-reg-distilled", s, n) for s in ("round", "early-stop") for n in (3, 2)} | {
+        ("elf-reg", "round", 3), ("elf-reg", "early-stop", 3), ("elf-reg", "round", 2), ("elf-reg", "early-stop", 2)}
+    grid = {(e["model"], e["sampler"], e["nfe"]): e for e in study["table"]}
+    assert ("elf-reg", "early-stop", 2) in grid
     for batch in (1, 2):
         mine = {(r["model"], r["sampler"], r["nfe"]): r for r in rows if r["batch"] == batch}
-        # every table entry of the study, the AR baseline and the teacher, at every batch size
-        assert set(mine) == {(e["model"], e["sampler"], e["nfe"]) for e in study["table"]} | {
-            ("ar", "greedy", None), ("teacher", "greedy", None)}
-        for e in study["table"]:
-            row = mine[(e["model"], e["sampler"], e["nfe"])]
+        # every table entry of the study and its distillation, the AR baseline and the teacher, at every batch size
+        assert len(mine) == len([r for r in rows if r["batch"] == batch])
+        assert set(mine) == set(grid) | set(distilled) | {("ar", "greedy", None), ("teacher", "greedy", None)}
+        for key, e in {**distilled, **grid}.items():
+            row = mine[key]
             assert row["pass@1"] == e["pass@1"]  # read from the study, not sampled again
             assert row["calls"] == e["nfe"] and row["positions"] == e["nfe"] * 104  # every call reads the canvas
+        assert mine[("elf-reg-distilled", "round", 2)]["distilled_steps"] == 1
         assert mine[("ar", "greedy", None)]["pass@1"] == ar["pass@1_mean"]
         assert mine[("ar", "greedy", None)]["params"] == ar["runs"][0]["params"]
         assert all(r["seconds_per_problem"] > 0 for r in mine.values())
         # the AR model reads each position once: prompt plus one per generated token
         assert mine[("ar", "greedy", None)]["positions"] > mine[("ar", "greedy", None)]["calls"]
-    summary = report["summary"]["1"]
-    assert summary["best_pass@1"] == max(e["pass@1"] for e in study["table"])
+    summary = report["summary"]["elf-reg"]["1"]
+    assert summary["best_pass@1"] == max(r["pass@1"] for r in rows if r["model"] == "elf-reg")
+    assert report["summary"]["elf-reg-distilled"]["2"]["best_pass@1"] == max(
+        e["pass@1"] for e in study["distilled"] if e["student"] == "distilled")
     assert summary["speed_over_ar"] == summary["ar"]["seconds_per_problem"] / summary["fastest_within"][
         "seconds_per_problem"]
     assert (out / "frontier-batch1.png").stat().st_size > 0 and (out / "frontier-batch2.png").exists()

@@ -101,7 +101,7 @@ def test_the_shipped_plans_load():
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"sampels": [0]}, "config error: sampels: unknown key (known: base, model_defs,"),
+    ({"sampels": [0]}, "config error: sampels: unknown key (known: base, distill, model_defs,"),
     ({"samplers": ["early-stop", "ddim"]}, "config error: samplers[1]: unknown sampler 'ddim' (known: early-stop,"),
     ({"sampler_defs": {"x": {"sampler": "ddim"}}, "samplers": ["x"]},
      "config error: samplers.x: sampler: expected one of ['early-stop', 'full-span', 'renoise', 'adaptive', 'sde'], "

@@ -26,6 +26,7 @@ how it was distilled (``distilled``), its ``config.yaml`` samples at N + 1 NFE
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -58,11 +59,12 @@ TEACHERS = ("text", "model", "flow", "loss")
 """The sections a distillation takes from its teacher: the student is the teacher's network."""
 
 
-def distill_config(teacher: Config, path: str | Path, overrides: list[str] | None = None) -> Config:
-    """The distillation config of FILE ``path`` (with ``section.key=value`` overrides) for a
-    teacher whose config is ``teacher`` (see the module docstring); one-line
-    :class:`~elfreg.config.ConfigError` for a section the teacher sets or a missing out_dir."""
-    given = read_yaml_mapping(path)
+def distill_config(teacher: Config, source: str | Path | dict, overrides: list[str] | None = None) -> Config:
+    """The distillation config of FILE ``source`` (or of the mapping it is, as such a file would
+    read), with ``section.key=value`` overrides, for a teacher whose config is ``teacher`` (see the
+    module docstring); one-line :class:`~elfreg.config.ConfigError` for a section the teacher sets
+    or a missing out_dir."""
+    given = copy.deepcopy(source) if isinstance(source, dict) else read_yaml_mapping(source)
     apply_config_overrides(given, overrides)
     for section in TEACHERS:
         if section in given:

@@ -34,14 +34,18 @@ def format_status(study: Study, status: dict) -> str:
         lines.append(f"  {name}: {', '.join(f'{k}={_value(v)}' for k, v in changes.items())}")
     p = study.plan
     lines.append(f"train seeds {p.train_seeds}; NFE {p.nfes}; sampling seeds {p.sample_seeds}")
+    if study.distill is not None:
+        lines.append(f"distilled: {', '.join(p.distill.models)} into {', '.join(map(str, study.distill_steps))}-step "
+                     f"students, each beside its teacher at N + 1 NFE with {', '.join(study.distill_samplers)}")
     total = sum(c["eval_cells"] for c in status["training"])
     done = sum(c["eval_done"] for c in status["training"])
     trained = sum(c["trained"] for c in status["training"])
     lines.append(f"training cells: {len(status['training'])} ({trained} trained); "
                  f"evaluation cells: {total} ({done} done)")
     for c in status["training"]:
+        distilled = f"; distilled {c['distilled_done']}/{c['distilled_cells']}" if c["distilled_cells"] else ""
         lines.append(f"  {c['cell']:<20} {'trained' if c['trained'] else 'to train':<9} "
-                     f"evaluations {c['eval_done']}/{c['eval_cells']}")
+                     f"evaluations {c['eval_done']}/{c['eval_cells']}{distilled}")
     return "\n".join(lines)
 
 
@@ -73,9 +77,9 @@ def run(args: argparse.Namespace) -> int:
             return 0
         comparisons = [compare_arms(report["rows"], a, b) for a, b in arms]
         if args.report or args.report_to:
-            done = sum(e["cells"] for e in report["table"])
+            done = sum(e["cells"] for e in report["table"] + report.get("distilled", []))
             print(format_table(report))
-            print(f"\n{done} of {len(study.eval_cells())} evaluation cells finished"
+            print(f"\n{done} of {len(study.eval_cells()) + len(study.distilled_cells())} evaluation cells finished"
                   + ("" if report["complete"] else "; rows marked (incomplete) miss cells"))
         for c in comparisons:
             print("\n" + format_comparison(c))

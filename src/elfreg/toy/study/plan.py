@@ -11,12 +11,25 @@ A plan names a base run config and the axes of the grid::
     sampler_defs: {es-rho16: {sampler: early-stop, rho: 16}}
     nfes: [4, 16]
     sample_seeds: [0, 1]
+    distill:                         # optional: distil some models' runs (docs/distillation.md)
+      config: distill-toy.yaml       # ``elfreg distill``'s YAML (relative to the plan) or a mapping
+      overrides: {train.lr: 1.0e-3}  # changes to it, as ``overrides`` changes the base
+      models: [elf-reg]              # whose training cells are distilled, every training seed
+      samplers: [round, early-stop]  # how each round is scored, at its own N + 1 NFE
 
 A *training cell* is (model, training seed): one run folder. An *evaluation cell* is (training
 cell, sampler, NFE, sampling seed): one result row. Cells are listed in a fixed order with stable
 ids (``elf-reg/t0`` and ``elf-reg/t0/early-stop/nfe16/s0``). A sampler that removes REG at
-inference (``reg: false``) is evaluated only on models trained with the REG token. Everything here
-is pure: nothing is trained or written.
+inference (``reg: false``) is evaluated only on models trained with the REG token.
+
+With a ``distill`` section, each training cell of a listed model is also distilled (ELF's
+progressive distillation, one student per round of ``distill.student_steps``), and a *distilled
+cell* is (training cell, round's N, distilled student or its teacher, sampler, sampling seed),
+scored at N + 1 NFE: the distilled student beside the model it was distilled from at the same
+number of network calls (``elf-reg/t0/distilled-2step/round/nfe3/s0`` and
+``elf-reg/t0/teacher/round/nfe3/s0``). The sampler ``round`` is the round's own setting (the
+distillation config's ``sample`` section, :func:`elfreg.train.distill.round_config`); any other
+is the main grid's sampler at that NFE. Everything here is pure: nothing is trained or written.
 """
 
 from __future__ import annotations
@@ -68,6 +81,20 @@ SEED_FIELD = "{train_seed}"
 study's runs starts each of its runs from the run of the same seed (a curriculum)."""
 
 
+ROUND_SAMPLER = "round"
+"""The distilled cells' name for each round's own sampling setting."""
+
+
+@dataclass
+class DistillPlanFile:
+    """The plan's ``distill`` section as written; no models, no distillation."""
+
+    config: str | dict = field(default_factory=dict)
+    overrides: dict = field(default_factory=dict)  # changes to config, as the plan's own overrides
+    models: list[str] = field(default_factory=list)
+    samplers: list[str] = field(default_factory=lambda: [ROUND_SAMPLER, "early-stop"])
+
+
 @dataclass
 class PlanFile:
     """The plan as written (see the module docstring)."""
@@ -81,6 +108,7 @@ class PlanFile:
     sampler_defs: dict[str, dict] = field(default_factory=dict)
     nfes: list[int] = field(default_factory=list)
     sample_seeds: list[int] = field(default_factory=lambda: [0])
+    distill: DistillPlanFile = field(default_factory=DistillPlanFile)
 
 
 @dataclass(frozen=True)
@@ -108,6 +136,35 @@ class EvalCell:
     @property
     def id(self) -> str:
         return f"{self.train_cell.id}/{self.sampler}/nfe{self.nfe}/s{self.sample_seed}"
+
+
+@dataclass(frozen=True)
+class DistilledCell:
+    """A distilled student (``distilled``) or its teacher, sampled with ``sampler`` at the round's
+    ``steps`` + 1 NFE."""
+
+    model: str
+    train_seed: int
+    steps: int
+    distilled: bool
+    sampler: str
+    sample_seed: int
+
+    @property
+    def train_cell(self) -> TrainCell:
+        return TrainCell(self.model, self.train_seed)
+
+    @property
+    def nfe(self) -> int:
+        return self.steps + 1
+
+    @property
+    def student(self) -> str:
+        return f"distilled-{self.steps}step" if self.distilled else "teacher"
+
+    @property
+    def id(self) -> str:
+        return f"{self.train_cell.id}/{self.student}/{self.sampler}/nfe{self.nfe}/s{self.sample_seed}"
 
 
 def merge(data: dict, changes: dict) -> dict:
@@ -153,6 +210,11 @@ class Study:
     model_changes: dict[str, dict]
     models: dict[str, Config]
     sampler_changes: dict[str, dict]
+    distill: dict | None = None
+    """The distillation config as a mapping (its ``train.out_dir`` is set per cell), or None."""
+    distill_samplers: dict[str, dict] = field(default_factory=dict)
+    distill_steps: list[int] = field(default_factory=list)
+    """The student steps N of each distillation round, in order."""
 
     # -- cells ----------------------------------------------------------------------------
     def applies(self, model: str, sampler: str) -> bool:
@@ -171,6 +233,16 @@ class Study:
         return [EvalCell(c.model, c.train_seed, s, n, k) for c in cells for s in self.plan.samplers
                 if self.applies(c.model, s) for n in self.plan.nfes for k in self.plan.sample_seeds]
 
+    def distilled_cells(self, train_cell: TrainCell | None = None) -> list[DistilledCell]:
+        """Every distilled cell (of ``train_cell`` only, when given), in run order: round by
+        round, the teacher's cells before its student's."""
+        if self.distill is None:
+            return []
+        cells = [train_cell] if train_cell else self.train_cells()
+        return [DistilledCell(c.model, c.train_seed, n, distilled, s, k) for c in cells
+                if c.model in self.plan.distill.models for n in self.distill_steps
+                for distilled in (False, True) for s in self.distill_samplers for k in self.plan.sample_seeds]
+
     # -- settings of one cell -------------------------------------------------------------
     def run_config(self, cell: TrainCell, run_dir: str | Path, progress: bool = True) -> Config:
         """The run config that trains ``cell`` into ``run_dir``."""
@@ -183,15 +255,41 @@ class Study:
     def sample_config(self, cell: EvalCell) -> SampleConfig:
         return self.models[cell.model].sample.replace(**self.sampler_changes[cell.sampler], nfe=cell.nfe)
 
+    def distill_config(self, cell: TrainCell, folder: str | Path, progress: bool = True) -> Config:
+        """The ``elfreg distill`` config that distils ``cell``'s run into ``folder`` (its rounds'
+        parent), with the cell's training seed."""
+        from elfreg.train.distill import distill_config
+
+        if self.distill is None:
+            raise ValueError("the plan has no distill section")
+        return distill_config(self.run_config(cell, "unused", progress), self.distill,
+                              [f"train.out_dir={folder}", f"train.seed={cell.train_seed}",
+                               f"train.progress={str(progress).lower()}"])
+
+    def distilled_sample_config(self, cell: DistilledCell) -> SampleConfig:
+        """``round``: the round's own setting at N + 1 NFE, for the student and its teacher alike;
+        another sampler: as the main grid samples the model at that NFE."""
+        from elfreg.train.distill import round_config
+
+        if cell.sampler == ROUND_SAMPLER:
+            cfg = self.distill_config(cell.train_cell, Path("unused"), False)
+            k = cfg.distill.student_steps.index(cell.steps) + 1
+            return round_config(cfg, k, cell.steps).sample
+        return self.models[cell.model].sample.replace(**self.distill_samplers[cell.sampler], nfe=cell.nfe)
+
     # -- identity -------------------------------------------------------------------------
     def to_dict(self) -> dict:
         """The resolved plan, JSON-ready: what every cell is made of (no paths of this run)."""
         models = {name: {"changes": self.model_changes[name], "config": _recorded_config(cfg)}
                   for name, cfg in self.models.items()}
-        return {"format_version": FORMAT_VERSION, "models": models,
-                "samplers": {n: self.sampler_changes[n] for n in self.plan.samplers},
-                "train_seeds": self.plan.train_seeds, "nfes": self.plan.nfes,
-                "sample_seeds": self.plan.sample_seeds}
+        out = {"format_version": FORMAT_VERSION, "models": models,
+               "samplers": {n: self.sampler_changes[n] for n in self.plan.samplers},
+               "train_seeds": self.plan.train_seeds, "nfes": self.plan.nfes,
+               "sample_seeds": self.plan.sample_seeds}
+        if self.distill is not None:  # absent otherwise: a plan without one keeps its identity
+            out["distill"] = {"config": distill_settings(self.distill), "models": self.plan.distill.models,
+                              "samplers": self.distill_samplers}
+        return out
 
     def identity(self) -> str:
         """A hash of :meth:`to_dict`: two plans with the same identity make the same cells."""
@@ -219,6 +317,15 @@ def training_settings(plan: dict) -> dict[str, dict]:
                       for k, v in {**defaults, **migrate(m["config"])}.items() if k != "sample"}}
             for name, m in plan["models"].items()}
 
+
+def distill_settings(distill: dict) -> dict:
+    """What a distillation config makes, for the plan's record: the mapping without the settings
+    the study sets per cell (``train.out_dir``, ``seed``, ``progress``)."""
+    data = copy.deepcopy(distill)
+    for key in RUNNER_KEYS:
+        section, name = key.split(".")
+        (data.get(section) or {}).pop(name, None)
+    return data
 
 
 def sample_settings_match(recorded: dict, now: SampleConfig) -> bool:
@@ -297,13 +404,53 @@ def resolve(plan: PlanFile, base_dir: Path) -> Study:
                               f"{SEED_FIELD}, got {init!r}")
     sampler_changes = _lookup("samplers", plan.samplers, plan.sampler_defs, SAMPLER_PRESETS)
     for name, changes in sampler_changes.items():
-        if "nfe" in changes:
-            raise ConfigError(f"config error: sampler_defs.{name}.nfe: the NFE is an axis of the plan (nfes)")
+        _check_sampler(name, changes, base)
+    study = Study(plan, base, model_changes, models, sampler_changes)
+    if plan.distill.models:
+        _resolve_distill(study, base_dir)
+    return study
+
+
+def _check_sampler(name: str, changes: dict, base: Config) -> None:
+    if "nfe" in changes:
+        raise ConfigError(f"config error: sampler_defs.{name}.nfe: the NFE is an axis of the plan (nfes)")
+    try:
+        build_dataclass(SampleConfig, {**asdict(base.sample), **changes}, prefix="").validate()
+    except ConfigError as err:
+        raise _prefixed(f"samplers.{name}", err) from None
+
+
+def _resolve_distill(study: Study, base_dir: Path) -> None:
+    """Check the plan's ``distill`` section and set the study's distillation config and samplers."""
+    d = study.plan.distill
+    for i, name in enumerate(d.models):
+        if name not in study.plan.models:
+            raise ConfigError(f"config error: distill.models[{i}]: {name!r} is not one of the plan's models")
+    for key in ("models", "samplers"):
+        values = getattr(d, key)
+        if not values or len(set(values)) != len(values):
+            raise ConfigError(f"config error: distill.{key}: must list at least one, each once: {values}")
+    if not d.config:
+        raise ConfigError("config error: distill.config: give elfreg distill's YAML (or its mapping)")
+    study.distill = merge(read_yaml_mapping(base_dir / d.config) if isinstance(d.config, str) else d.config,
+                          d.overrides)
+    known = {**SAMPLER_PRESETS, **study.plan.sampler_defs}
+    for i, name in enumerate(d.samplers):
+        if name != ROUND_SAMPLER and name not in known:
+            raise ConfigError(f"config error: distill.samplers[{i}]: unknown sampler {name!r} (known: "
+                              f"{ROUND_SAMPLER}, {', '.join(known)}; define others in sampler_defs)")
+    study.distill_samplers = {name: {} if name == ROUND_SAMPLER else _flat(known[name]) for name in d.samplers}
+    for name, changes in study.distill_samplers.items():
+        _check_sampler(name, changes, study.base)
+    for name in d.models:
         try:
-            build_dataclass(SampleConfig, {**asdict(base.sample), **changes}, prefix="").validate()
+            cfg = study.distill_config(TrainCell(name, study.plan.train_seeds[0]), Path("unused"), False)
         except ConfigError as err:
-            raise _prefixed(f"samplers.{name}", err) from None
-    return Study(plan, base, model_changes, models, sampler_changes)
+            raise _prefixed(f"distill.config (for {name})", err) from None
+        study.distill_steps = list(cfg.distill.student_steps)
+    if len(set(study.distill_steps)) != len(study.distill_steps):
+        raise ConfigError(f"config error: distill.config: distill.student_steps lists a count twice "
+                          f"({study.distill_steps}); each round is scored at its own N + 1 NFE")
 
 
 def load_plan(path: str | Path, overrides: list[str] | None = None) -> Study:

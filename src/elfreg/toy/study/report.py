@@ -12,7 +12,9 @@ trained with seed ``t``, sampled with seed ``s``. Then
 
 A spread over fewer than two seeds is unknown and reported as ``None`` ("n/a" in the table). Beside
 them, the mean token match (:func:`elfreg.toy.demo.token_match`), which moves long before whole
-answers come out right.
+answers come out right. A plan that distils adds a second table, by the same rule: for each
+(model, round's N, sampler), the distilled student and the model it was distilled from, both at
+N + 1 NFE.
 """
 
 from __future__ import annotations
@@ -41,28 +43,43 @@ def spreads(by_train_seed: dict[int, list[float]]) -> dict:
             "n_train_seeds": len(groups), "n_sample_seeds": min(len(v) for v in groups)}
 
 
+def _entry(cells: list, rows: dict[str, dict]) -> dict:
+    """pass@1, its spreads and the token match of ``cells`` from their rows; ``complete`` says
+    whether every cell has its row."""
+    by_seed: dict[int, list[float]] = defaultdict(list)
+    found = [rows[c.id] for c in cells if c.id in rows]
+    for cell in cells:
+        if cell.id in rows:
+            by_seed[cell.train_seed].append(rows[cell.id]["pass@1"])
+    matches = [r["token_match"] for r in found if "token_match" in r]
+    return {**spreads(by_seed), "token_match": statistics.fmean(matches) if matches else None,
+            "cells": len(found), "complete": len(found) == len(cells)}
+
+
 def table_entries(study: Study, rows: dict[str, dict]) -> list[dict]:
     """One entry per (model, sampler, NFE) of the plan, in plan order, from the rows by cell id;
     ``complete`` says whether every cell of the entry has its row."""
-    entries = []
-    for model in study.plan.models:
-        for sampler in (s for s in study.plan.samplers if study.applies(model, s)):
-            for nfe in study.plan.nfes:
-                by_seed: dict[int, list[float]] = defaultdict(list)
-                cells = [c for c in study.eval_cells() if (c.model, c.sampler, c.nfe) == (model, sampler, nfe)]
-                found = [rows[c.id] for c in cells if c.id in rows]
-                for cell in cells:
-                    if cell.id in rows:
-                        by_seed[cell.train_seed].append(rows[cell.id]["pass@1"])
-                matches = [r["token_match"] for r in found if "token_match" in r]
-                entries.append({"model": model, "sampler": sampler, "nfe": nfe, **spreads(by_seed),
-                                "token_match": statistics.fmean(matches) if matches else None,
-                                "cells": len(found), "complete": len(found) == len(cells)})
-    return entries
+    return [{"model": model, "sampler": sampler, "nfe": nfe,
+             **_entry([c for c in study.eval_cells() if (c.model, c.sampler, c.nfe) == (model, sampler, nfe)], rows)}
+            for model in study.plan.models for sampler in study.plan.samplers if study.applies(model, sampler)
+            for nfe in study.plan.nfes]
 
 
-def build_report(study: Study, rows: dict[str, dict], run_dirs: dict[str, Path]) -> dict:
-    """Everything ``results.json`` holds: the plan, the table, the training cells and the rows."""
+def distilled_entries(study: Study, rows: dict[str, dict]) -> list[dict]:
+    """One entry per (model, round's N, sampler, teacher or distilled student) of the plan's
+    distillation, in plan order, from the distilled rows by cell id (none without one)."""
+    cells = study.distilled_cells()
+    return [{"model": model, "student": "distilled" if distilled else "teacher", "steps": n, "sampler": sampler,
+             "nfe": n + 1, **_entry([c for c in cells if (c.model, c.steps, c.sampler, c.distilled)
+                                     == (model, n, sampler, distilled)], rows)}
+            for model in study.plan.distill.models for n in study.distill_steps for sampler in study.distill_samplers
+            for distilled in (False, True)] if study.distill is not None else []
+
+
+def build_report(study: Study, rows: dict[str, dict], run_dirs: dict[str, Path],
+                 distilled_rows: dict[str, dict] | None = None) -> dict:
+    """Everything ``results.json`` holds: the plan, the table, the training cells and the rows;
+    with a distillation, its table (``distilled``) and rows (``distilled_rows``) too."""
     training = {}
     for cell_id, folder in run_dirs.items():
         curve = read_jsonl(Path(folder) / "accuracy_curve.jsonl", missing_ok=True)
@@ -70,10 +87,16 @@ def build_report(study: Study, rows: dict[str, dict], run_dirs: dict[str, Path])
                              "train_seconds": round(curve[-1]["train_seconds"], 1) if curve else None}
     ordered = [rows[c.id] for c in study.eval_cells() if c.id in rows]
     table = table_entries(study, rows)
-    return {"identity": study.identity(), "plan": study.to_dict(),
-            "problems": {"split": study.base.eval.split, "level": study.base.data.toy_level,
-                         "limit": study.base.eval.limit, "n": ordered[0]["n_problems"] if ordered else None},
-            "complete": all(e["complete"] for e in table), "table": table, "training": training, "rows": ordered}
+    report = {"identity": study.identity(), "plan": study.to_dict(),
+              "problems": {"split": study.base.eval.split, "level": study.base.data.toy_level,
+                           "limit": study.base.eval.limit, "n": ordered[0]["n_problems"] if ordered else None},
+              "complete": all(e["complete"] for e in table), "table": table, "training": training, "rows": ordered}
+    if study.distill is not None:
+        drows = distilled_rows or {}
+        report["distilled"] = distilled_entries(study, drows)
+        report["distilled_rows"] = [drows[c.id] for c in study.distilled_cells() if c.id in drows]
+        report["complete"] = report["complete"] and all(e["complete"] for e in report["distilled"])
+    return report
 
 
 def _pct(value: float | None) -> str:
@@ -93,7 +116,34 @@ def format_table(report: dict) -> str:
         seeds = f"{e['n_train_seeds']} × {e['n_sample_seeds']}" + ("" if e["complete"] else " (incomplete)")
         numbers = " | ".join(_pct(e[k]) for k in ("pass@1", "train_seed_std", "sample_seed_std", "token_match"))
         lines.append(f"| {e['model']} | {e['sampler']} | {e['nfe']} | {numbers} | {seeds} |")
-    return "\n".join(lines) + "\n\n" + format_pivot(report)
+    text = "\n".join(lines) + "\n\n" + format_pivot(report)
+    return text + ("\n\n" + format_distilled(report) if "distilled" in report else "")
+
+
+def _with_spread(e: dict) -> str:
+    mark = "" if e["complete"] else "*"
+    return f"{_pct(e['pass@1'])} (± {_pct(e['train_seed_std'])}){mark}"
+
+
+def format_distilled(report: dict) -> str:
+    """The distillation's table: each round's student beside its teacher at the same NFE and
+    sampler (``round``: the round's own setting), and the difference of their pass@1."""
+    lines = ["Distilled students beside the models they were distilled from, at the same NFE (N steps + the "
+             "decode) and sampler; pass@1 (%) mean (± train); round: the sampling each round was distilled for; "
+             "* marks an entry with cells still missing.", "",
+             "| model | N | NFE | sampler | teacher | distilled | distilled − teacher | seeds (train × sample) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    pairs: dict[tuple, dict[str, dict]] = {}
+    for e in report["distilled"]:
+        pairs.setdefault((e["model"], e["steps"], e["sampler"]), {})[e["student"]] = e
+    for (model, n, sampler), pair in pairs.items():
+        teacher, student = pair["teacher"], pair["distilled"]
+        gap = (None if teacher["pass@1"] is None or student["pass@1"] is None
+               else f"{100 * (student['pass@1'] - teacher['pass@1']):+.1f}")
+        seeds = f"{student['n_train_seeds']} × {student['n_sample_seeds']}"
+        lines.append(f"| {model} | {n} | {n + 1} | {sampler} | {_with_spread(teacher)} | {_with_spread(student)} | "
+                     f"{gap or 'n/a'} | {seeds} |")
+    return "\n".join(lines)
 
 
 def format_pivot(report: dict) -> str:

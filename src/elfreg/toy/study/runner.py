@@ -8,10 +8,15 @@ Layout of ``--out``::
     results.jsonl    one row per finished evaluation cell, appended as each one ends (with the
                      code version that made it, :func:`elfreg.provenance.code_version`)
     results.json, table.md, pass1_vs_nfe.png   written when every cell is done (:mod:`.report`)
+    distill/<model>/t<seed>/round<k>-<N>step/  with a ``distill`` section: an ``elfreg distill``
+                     folder of each distilled training cell, one run folder per round
+    distilled.jsonl  one row per finished distilled cell, as ``results.jsonl``
 
 Training goes through the demo's :func:`~elfreg.toy.demo.train_variant` (``elfreg.train``'s
 resumable, locked loop; a finished run is reused), evaluation through the demo's
-:func:`~elfreg.toy.demo.evaluate` (the toy scorer, one sampling seed per cell). A re-run after a
+:func:`~elfreg.toy.demo.evaluate` (the toy scorer, one sampling seed per cell), distillation
+through :func:`elfreg.train.distill.distill` (resumable as training) once a cell's evaluations
+are done. A re-run after a
 kill skips every cell whose row is in ``results.jsonl``, resumes an interrupted training from its
 newest intact checkpoint, and drops a row cut mid-write.
 """
@@ -22,18 +27,22 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from tqdm.auto import tqdm
 
 from elfreg.checkpoint import open_checkpoint, resolve_checkpoint
+from elfreg.config import Config, SampleConfig
 from elfreg.jsonl import append_jsonl, drop_cut_last_line, read_jsonl
 from elfreg.provenance import code_version
 from elfreg.runs import GracefulInterrupt, first_difference, locked, write_json_atomic
 from elfreg.text.load import FrozenText, load_frozen_text
 from elfreg.toy.demo import evaluate, heldout_problems, train_variant
 from elfreg.toy.study.plan import (
+    DistilledCell,
     EvalCell,
     Study,
     TrainCell,
@@ -44,7 +53,10 @@ from elfreg.toy.study.report import build_report, write_outputs
 
 PLAN_FILE = "plan.json"
 ROWS_FILE = "results.jsonl"
-MADE_BY_A_STUDY = ("runs", ROWS_FILE, PLAN_FILE, "results.json", "table.md", "pass1_vs_nfe.png")
+DISTILLED_ROWS_FILE = "distilled.jsonl"
+MADE_BY_DISTILLATION = ("distill", DISTILLED_ROWS_FILE)
+MADE_BY_A_STUDY = ("runs", ROWS_FILE, PLAN_FILE, "results.json", "table.md", "pass1_vs_nfe.png",
+                   *MADE_BY_DISTILLATION)
 
 
 class StudyInterrupted(RuntimeError):
@@ -55,6 +67,11 @@ class StudyInterrupted(RuntimeError):
 
 def run_dir(out: Path, cell: TrainCell) -> Path:
     return out / "runs" / cell.model / f"t{cell.train_seed}"
+
+
+def distill_dir(out: Path, cell: TrainCell) -> Path:
+    """The ``train.out_dir`` of ``cell``'s distillation: its rounds' parent."""
+    return out / "distill" / cell.model / f"t{cell.train_seed}"
 
 
 def stored_plan(out: Path) -> dict | None:
@@ -80,13 +97,34 @@ def clashes(study: Study, held: dict | None) -> list[str]:
             if name in before and before[name] != now[name]]
 
 
+def distill_clash(study: Study, held: dict | None) -> str | None:
+    """The first setting in which the folder's recorded distillation differs from ``study``'s
+    (``"distill: train.lr"``); None when they agree or either plan distils nothing. The models
+    distilled and the samplers that score them are axes that may grow, never a clash."""
+    before = (held or {}).get("plan", {}).get("distill")
+    now = study.to_dict().get("distill")
+    if not before or not now or before["config"] == now["config"]:
+        return None
+    return f"distill: {first_difference(before['config'], now['config'])}"
+
+
+def _remove(out: Path, names: tuple[str, ...]) -> None:
+    for name in names:
+        path = out / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
 def claim_folder(study: Study, out: Path, overwrite: bool = False) -> None:
     """Make ``out`` the folder of ``study`` and record its plan there. A study folder grows: a
     plan may add models, training seeds, samplers, NFEs and sampling seeds to what the folder
     holds, and every finished cell is kept. A model the folder trained with other settings is
     refused in one line; ``overwrite`` discards everything the folder's plans made (training
-    runs included) first. A folder that holds anything but a study is refused whatever
-    ``overwrite`` says."""
+    runs included) first. A distillation the folder made with other settings is refused
+    likewise; ``overwrite`` discards only the distilled students and their rows then. A folder
+    that holds anything but a study is refused whatever ``overwrite`` says."""
     held = stored_plan(out)
     if held is None and out.is_dir():
         foreign = sorted(p.name for p in out.iterdir()
@@ -99,21 +137,22 @@ def claim_folder(study: Study, out: Path, overwrite: bool = False) -> None:
         if not overwrite:
             raise ValueError(f"{out} holds models trained with other settings ({'; '.join(clash)}); choose "
                              "another --out, or pass --overwrite to discard what is there")
-        for name in MADE_BY_A_STUDY:
-            path = out / name
-            if path.is_dir():
-                shutil.rmtree(path)
-            elif path.exists():
-                path.unlink()
+        _remove(out, MADE_BY_A_STUDY)
+    elif (distilled := distill_clash(study, held)) is not None:
+        if not overwrite:
+            raise ValueError(f"{out} holds students distilled with other settings ({distilled}); choose another "
+                             "--out, or pass --overwrite to discard the distilled students")
+        _remove(out, MADE_BY_DISTILLATION)
     if held is None or clash or held["identity"] != study.identity():
         out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(out / PLAN_FILE, {"identity": study.identity(), "plan": study.to_dict()})
 
 
-def finished_rows(out: Path, repair: bool = True) -> dict[str, dict]:
-    """Rows of finished evaluation cells by cell id. A row cut by a kill is dropped from the
-    file first; with ``repair`` false nothing is written and such a row is only skipped."""
-    path = out / ROWS_FILE
+def finished_rows(out: Path, repair: bool = True, name: str = ROWS_FILE) -> dict[str, dict]:
+    """Rows of finished evaluation cells (distilled cells: ``name`` :data:`DISTILLED_ROWS_FILE`)
+    by cell id. A row cut by a kill is dropped from the file first; with ``repair`` false nothing
+    is written and such a row is only skipped."""
+    path = out / name
     if not path.exists():
         return {}
     if repair:
@@ -135,6 +174,12 @@ def rows_of(study: Study, rows: dict[str, dict]) -> dict[str, dict]:
     under another definition of the same sampler name is not one, and the cell runs again."""
     return {c.id: rows[c.id] for c in study.eval_cells()
             if c.id in rows and sample_settings_match(rows[c.id].get("sample", {}), study.sample_config(c))}
+
+
+def distilled_rows_of(study: Study, rows: dict[str, dict]) -> dict[str, dict]:
+    """As :func:`rows_of`, for the distilled cells."""
+    return {c.id: rows[c.id] for c in study.distilled_cells()
+            if c.id in rows and sample_settings_match(rows[c.id].get("sample", {}), study.distilled_sample_config(c))}
 
 
 def training_done(study: Study, out: Path, cell: TrainCell) -> bool:
@@ -184,13 +229,17 @@ def status(study: Study, out: Path) -> dict:
     clash = clashes(study, held)
     usable = held is not None and not clash
     rows = rows_of(study, finished_rows(out, repair=False)) if usable else {}
+    distilled = distill_clash(study, held)
+    drows = (distilled_rows_of(study, finished_rows(out, repair=False, name=DISTILLED_ROWS_FILE))
+             if usable and distilled is None else {})
     cells = []
     for cell in study.train_cells():
-        evals = study.eval_cells(cell)
+        evals, dcells = study.eval_cells(cell), study.distilled_cells(cell)
         cells.append({"cell": cell.id, "trained": usable and training_done(study, out, cell),
-                      "eval_cells": len(evals), "eval_done": sum(c.id in rows for c in evals)})
+                      "eval_cells": len(evals), "eval_done": sum(c.id in rows for c in evals),
+                      "distilled_cells": len(dcells), "distilled_done": sum(c.id in drows for c in dcells)})
     return {"out": str(out), "identity": study.identity(), "held_identity": held and held["identity"],
-            "clashes": clash, "training": cells}
+            "clashes": clash + ([distilled] if distilled else []), "training": cells}
 
 
 def report_so_far(study: Study, out: Path) -> dict:
@@ -203,8 +252,12 @@ def report_so_far(study: Study, out: Path) -> dict:
     clash = clashes(study, held)
     if clash:
         raise ValueError(f"{out} holds models trained with other settings ({'; '.join(clash)})")
+    distilled = distill_clash(study, held)
+    if distilled is not None:
+        raise ValueError(f"{out} holds students distilled with other settings ({distilled})")
     return build_report(study, rows_of(study, finished_rows(out, repair=False)),
-                        {c.id: run_dir(out, c) for c in study.train_cells()})
+                        {c.id: run_dir(out, c) for c in study.train_cells()},
+                        distilled_rows_of(study, finished_rows(out, repair=False, name=DISTILLED_ROWS_FILE)))
 
 
 def _say(message: str, progress: bool) -> None:
@@ -212,12 +265,62 @@ def _say(message: str, progress: bool) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
-def _row(cell: EvalCell, study: Study, result: dict, n_problems: int, seconds: float, step: int) -> dict:
-    return {"cell": cell.id, "model": cell.model, "train_seed": cell.train_seed, "sampler": cell.sampler,
+def _row(cell: EvalCell | DistilledCell, sample: SampleConfig, result: dict, n_problems: int, seconds: float,
+         step: int) -> dict:
+    which = {"student": cell.student, "steps": cell.steps} if isinstance(cell, DistilledCell) else {}
+    return {"cell": cell.id, "model": cell.model, "train_seed": cell.train_seed, **which, "sampler": cell.sampler,
             "nfe": cell.nfe, "sample_seed": cell.sample_seed, "pass@1": result["mean"],
             "token_match": result["token_match"], "nfe_used": result["nfe_used"], "n_problems": n_problems,
-            "checkpoint_step": step, "eval_seconds": round(seconds, 3), "sample": asdict(study.sample_config(cell)),
+            "checkpoint_step": step, "eval_seconds": round(seconds, 3), "sample": asdict(sample),
             "code": code_version()}
+
+
+def _score(cells: list, students: Callable[[Any], tuple[Any, int]], sample_of: Callable[[Any], SampleConfig],
+           frozen: FrozenText, problems: list[dict], cfg: Config, rows_file: Path, rows: dict[str, dict],
+           desc: str, progress: bool) -> None:
+    """Score each cell with the (student, checkpoint step) ``students(cell)`` gives, appending its
+    row to ``rows_file`` as it ends; a signal stops after a finished cell."""
+    bar = tqdm(cells, desc=desc, disable=not progress, dynamic_ncols=True)
+    with GracefulInterrupt() as stop:
+        for cell in bar:
+            start = time.perf_counter()
+            student, step = students(cell)
+            sample = sample_of(cell)
+            result = evaluate(student, frozen, problems, cfg, sample, 1, progress=False, seed=cell.sample_seed)
+            row = _row(cell, sample, result, len(problems), time.perf_counter() - start, step)
+            append_jsonl(rows_file, row)
+            rows[cell.id] = row
+            if stop.requested:
+                raise StudyInterrupted(f"interrupted by {stop.signal_name} after evaluation cell {cell.id}; "
+                                       "run the same command to resume")
+
+
+def _distil(study: Study, out: Path, cell: TrainCell, progress: bool) -> dict[int, Path]:
+    """Distil (or resume distilling) ``cell``'s run; every round's folder by its N."""
+    from elfreg.train.distill import distill, round_folder
+
+    dcfg = study.distill_config(cell, distill_dir(out, cell), progress)
+    results = distill(dcfg, run_dir(out, cell))
+    if len(results) != len(study.distill_steps) or not all(r.finished for r in results):
+        raise RuntimeError(f"{cell.id}: the distillation stopped before its last round ({distill_dir(out, cell)})")
+    return {n: round_folder(dcfg, k, n) for k, n in enumerate(study.distill_steps, start=1)}
+
+
+def _distilled_students(folders: dict[int, Path], teacher: tuple[Any, int]
+                        ) -> Callable[[DistilledCell], tuple[Any, int]]:
+    """For a distilled cell, its (EMA student, checkpoint step): the teacher's, or its round's
+    (each round loaded once, when first asked for)."""
+    loaded: dict[int, tuple[Any, int]] = {}
+
+    def student(cell: DistilledCell) -> tuple[Any, int]:
+        if not cell.distilled:
+            return teacher
+        if cell.steps not in loaded:
+            ckpt = open_checkpoint(folders[cell.steps])
+            loaded[cell.steps] = (ckpt.load_student(use_ema=True), ckpt.meta["step"])
+        return loaded[cell.steps]
+
+    return student
 
 
 def run_study(study: Study, out: str | Path, overwrite: bool = False, progress: bool = True) -> dict:
@@ -228,36 +331,32 @@ def run_study(study: Study, out: str | Path, overwrite: bool = False, progress: 
         claim_folder(study, out, overwrite)
         t0 = time.perf_counter()
         rows = rows_of(study, finished_rows(out))
+        drows = distilled_rows_of(study, finished_rows(out, name=DISTILLED_ROWS_FILE))
         frozen: dict[str, FrozenText] = {}
         cells = study.train_cells()
         for k, cell in enumerate(cells, 1):
             todo = [c for c in study.eval_cells(cell) if c.id not in rows]
-            if not todo:
+            dtodo = [c for c in study.distilled_cells(cell) if c.id not in drows]
+            if not todo and not dtodo:
                 continue
             cfg = study.run_config(cell, run_dir(out, cell), progress)
             problems = heldout_problems(cfg)
             _say(f"[{k}/{len(cells)}] {cell.id}: training ({cfg.train.steps} steps)", progress)
             train_variant(cfg, problems)
             ckpt = open_checkpoint(cfg.train.out_dir)
-            student = ckpt.load_student(use_ema=True)
+            teacher = (ckpt.load_student(use_ema=True), ckpt.meta["step"])
             key = json.dumps(asdict(cfg.text), sort_keys=True)
             if key not in frozen:
                 frozen[key] = load_frozen_text(cfg.text, with_teacher=False)
-            bar = tqdm(todo, desc=f"[{k}/{len(cells)}] {cell.id} evaluation cells", disable=not progress,
-                       dynamic_ncols=True)
-            with GracefulInterrupt() as stop:
-                for ecell in bar:
-                    start = time.perf_counter()
-                    result = evaluate(student, frozen[key], problems, cfg, study.sample_config(ecell), 1,
-                                      progress=False, seed=ecell.sample_seed)
-                    row = _row(ecell, study, result, len(problems), time.perf_counter() - start,
-                               ckpt.meta["step"])
-                    append_jsonl(out / ROWS_FILE, row)
-                    rows[ecell.id] = row
-                    if stop.requested:
-                        raise StudyInterrupted(f"interrupted by {stop.signal_name} after evaluation cell {ecell.id}; "
-                                               "run the same command to resume")
-        report = build_report(study, rows, {c.id: run_dir(out, c) for c in cells})
+            _score(todo, lambda _, t=teacher: t, study.sample_config, frozen[key], problems, cfg, out / ROWS_FILE,
+                   rows, f"[{k}/{len(cells)}] {cell.id} evaluation cells", progress)
+            if dtodo:
+                _say(f"[{k}/{len(cells)}] {cell.id}: distilling into "
+                     f"{', '.join(map(str, study.distill_steps))}-step students", progress)
+                students = _distilled_students(_distil(study, out, cell, progress), teacher)
+                _score(dtodo, students, study.distilled_sample_config, frozen[key], problems, cfg,
+                       out / DISTILLED_ROWS_FILE, drows, f"[{k}/{len(cells)}] {cell.id} distilled cells", progress)
+        report = build_report(study, rows, {c.id: run_dir(out, c) for c in cells}, drows)
         report["run_seconds"] = round(time.perf_counter() - t0, 1)
         report["outputs"] = [str(p) for p in write_outputs(out, report)]
         return report
