@@ -78,6 +78,11 @@ def test_the_shipped_plans_load():
     assert level2.plan.models == ["elf", "repa", "elf-reg"] and level2.plan.nfes == [4, 8, 16, 32, 64]
     assert level2.plan.samplers == study.plan.samplers and level2.plan.sample_seeds == [0, 1]
     assert len(level2.train_cells()) == 9 and len(level2.eval_cells()) == 9 * 5 * 5 * 2 + 3 * 5 * 2
+    # each elf-reg and elf run distilled into 4-, 2- and 1-step students, each beside its teacher
+    assert level2.plan.distill.models == ["elf-reg", "elf"] and level2.distill_steps == [4, 2, 1]
+    assert len(level2.distilled_cells()) == 6 * 3 * 2 * 2 * 2  # runs × rounds × (teacher, student) × samplers × seeds
+    distilling = level2.distill_config(level2.train_cells()[2], Path("d"), progress=False)
+    assert (distilling.distill.teacher_steps, distilling.train.lr, distilling.train.seed) == ([2, 4, 8], 2e-4, 0)
     recipe = Config.load(CONFIGS / "toy-study-level2.yaml")  # what `elfreg demo --config` trains
     trained = {k: v for k, v in level2.models["elf-reg"].to_dict().items() if k != "eval"}
     assert trained == {k: v for k, v in recipe.to_dict().items() if k != "eval"}
