@@ -68,12 +68,14 @@ def table_entries(study: Study, rows: dict[str, dict]) -> list[dict]:
 def distilled_entries(study: Study, rows: dict[str, dict]) -> list[dict]:
     """One entry per (model, round's N, sampler, teacher or distilled student) of the plan's
     distillation, in plan order, from the distilled rows by cell id (none without one)."""
+    if study.distill is None:
+        return []
     cells = study.distilled_cells()
     return [{"model": model, "student": "distilled" if distilled else "teacher", "steps": n, "sampler": sampler,
              "nfe": n + 1, **_entry([c for c in cells if (c.model, c.steps, c.sampler, c.distilled)
                                      == (model, n, sampler, distilled)], rows)}
             for model in study.plan.distill.models for n in study.distill_steps for sampler in study.distill_samplers
-            for distilled in (False, True)] if study.distill is not None else []
+            for distilled in (False, True)]
 
 
 def build_report(study: Study, rows: dict[str, dict], run_dirs: dict[str, Path],
