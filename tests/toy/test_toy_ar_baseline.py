@@ -3,9 +3,12 @@
 import json
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from elfreg.cli import main
 from elfreg.toy import ar_baseline
+from elfreg.toy import lm as toy_lm
 from elfreg.toy.ar_baseline import lm_params, matched_lm_config, run_ar_baseline, student_inference_params
 from elfreg.toy.demo import demo_config
 
@@ -58,3 +61,48 @@ def test_the_command_prints_each_seed(tmp_path, capsys):
                  "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("t2: pass@1 ") and "results.json" in out
+
+
+class Killed(Exception):
+    """A kill in the middle of a step."""
+
+
+def test_a_killed_seed_goes_on_from_its_last_state_as_if_never_stopped(tmp_path, monkeypatch):
+    cfg = _quick("train.steps=8")
+    monkeypatch.setattr(ar_baseline, "RESUME_EVERY", 3)
+    straight = run_ar_baseline(cfg, tmp_path / "straight", [0], progress=False)["runs"][0]
+    assert not list((tmp_path / "straight").glob(".resume-*"))  # removed once the seed is kept
+
+    real, calls, kill_at = toy_lm._causal_loss, [], [5]
+
+    def killed_at_step_5(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == kill_at[0]:
+            kill_at[0] = None
+            raise Killed  # steps 0-3 done, the state of step 3 written
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(toy_lm, "_causal_loss", killed_at_step_5)
+    with pytest.raises(Killed):
+        run_ar_baseline(cfg, tmp_path / "resumed", [0], progress=False)
+    state = torch.load(tmp_path / "resumed" / ".resume-t0.pt", weights_only=False)
+    assert state["step"] == 3 and len(state["losses"]) == 3
+    calls.clear()
+    resumed = run_ar_baseline(cfg, tmp_path / "resumed", [0], progress=False)["runs"][0]
+    assert len(calls) == 5  # steps 3-7 only
+    keep = ("pass@1", "params", "examples_seen")
+    assert {k: resumed[k] for k in keep} == {k: straight[k] for k in keep}
+    assert (resumed["pretrain"]["loss_curve"], resumed["pretrain"]["final_loss"], resumed["pretrain"]["tokens"]) == (
+        straight["pretrain"]["loss_curve"], straight["pretrain"]["final_loss"], straight["pretrain"]["tokens"])
+    weights = [load_file(tmp_path / d / "t0" / "model.safetensors") for d in ("straight", "resumed")]
+    assert weights[0].keys() == weights[1].keys() and all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    assert not (tmp_path / "resumed" / ".resume-t0.pt").exists()
+
+    # a state another pretraining wrote is refused, not continued
+    calls.clear()
+    kill_at[0] = 5
+    with pytest.raises(Killed):
+        run_ar_baseline(cfg, tmp_path / "other", [0], progress=False)
+    monkeypatch.setattr(toy_lm, "_causal_loss", real)
+    with pytest.raises(ValueError, match="holds a pretraining of other settings or examples"):
+        run_ar_baseline(_quick("train.steps=9"), tmp_path / "other", [0], progress=False)

@@ -21,8 +21,10 @@ Layout of ``--out``::
     t<seed>/           one trained model: a hub-style folder (config, safetensors, tokenizer)
                        and ``ar_baseline.json`` (its settings, pretraining stats, pass@1)
     results.json       every seed's pass@1, with the config (rewritten after each seed)
+    .resume-t<seed>.pt the unfinished seed's training state, every RESUME_EVERY steps (removed when done)
 
-A seed whose folder is complete is reused; a killed run leaves only a temporary folder, which the
+A seed whose folder is complete is reused; a killed run goes on from its seed's last resume state
+(the weights and losses of a run never stopped) and leaves at most a temporary folder, which the
 next run replaces.
 """
 
@@ -56,6 +58,8 @@ PROMPT_LOSS_WEIGHT = 0.1
 numbers are random, their tokens teach little about answering."""
 AR_LR = 3e-3
 """The toy LMs' AdamW learning rate."""
+RESUME_EVERY = 500
+"""Steps between two resume states of a seed's training (a few minutes of a 16,000-step run)."""
 
 
 def lm_params(cfg: ToyLMConfig, tokenizer) -> int:
@@ -103,7 +107,9 @@ def train_seed(cfg: Config, seed: int, out: Path, target: int, progress: bool) -
         return json.loads((final / META_FILE).read_text())
     tokenizer = load_tokenizer(resolve_model_id(cfg.text.encoder))
     lm_cfg = matched_lm_config(cfg, target, tokenizer, seed)
-    model, stats = pretrain_lm(lm_cfg, tokenizer, toy_records(cfg.data), progress=progress, desc=f"AR t{seed}")
+    resume = out / f".resume-t{seed}.pt"
+    model, stats = pretrain_lm(lm_cfg, tokenizer, toy_records(cfg.data), progress=progress, desc=f"AR t{seed}",
+                               resume=resume, resume_every=RESUME_EVERY)
     tmp = out / f".tmp-t{seed}"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
@@ -122,6 +128,7 @@ def train_seed(cfg: Config, seed: int, out: Path, target: int, progress: bool) -
     (tmp / META_FILE).write_text(text)
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
+    resume.unlink(missing_ok=True)
     return json.loads(text)  # as a reused seed returns it
 
 

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -168,8 +169,8 @@ def _causal_loss(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, 
 
 def pretrain_lm(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase, examples: Sequence[dict],
                 progress: bool = True, desc: str = "pretrain", num_threads: int | None = None,
-                position: int = 0, threads_now: Callable[[], int] | None = None
-                ) -> tuple[Qwen3ForCausalLM, PretrainStats]:
+                position: int = 0, threads_now: Callable[[], int] | None = None,
+                resume: Path | None = None, resume_every: int = 500) -> tuple[Qwen3ForCausalLM, PretrainStats]:
     """Train a fresh toy ``Qwen3ForCausalLM`` on ``examples`` (``prompt + SEP + answer + EOS``)
     with the causal-LM loss, prompt tokens weighted by ``cfg.prompt_loss_weight``.
 
@@ -181,19 +182,45 @@ def pretrain_lm(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase, examples: 
     ``position`` is the progress bar's line (two LMs trained at once keep one line each).
     ``threads_now``, when given, is asked before every step how many threads to use from then on
     (a build that frees a CPU midway hands it on); the weights do not depend on it.
+
+    With ``resume``, a file path, the run's whole state (weights, optimiser, batch order, losses,
+    time spent) is written there atomically every ``resume_every`` steps, and a run that finds it
+    goes on from that step, giving the weights and losses of a run never stopped. A state written
+    by another pretraining (other settings or examples) is refused in one line. The caller removes
+    the file once it has kept the model.
     """
     previous = torch.get_num_threads()
     if num_threads:
         torch.set_num_threads(num_threads)
     try:
-        return _pretrain(cfg, tokenizer, examples, progress, desc, position, threads_now)
+        return _pretrain(cfg, tokenizer, examples, progress, desc, position, threads_now, resume, resume_every)
     finally:
         torch.set_num_threads(previous)
 
 
+def _identity(cfg: ToyLMConfig, lengths: list[int]) -> dict:
+    """What a resume state must have been written by: these settings on examples of these lengths."""
+    return {"lm": asdict(cfg), "examples": len(lengths), "tokens": sum(lengths)}
+
+
+def _resume_state(path: Path | None, identity: dict) -> dict | None:
+    if path is None or not path.exists():
+        return None
+    state = torch.load(path, map_location="cpu", weights_only=False)  # our own file: optimiser and RNG state
+    if state.get("identity") != identity:
+        raise ValueError(f"{path} holds a pretraining of other settings or examples; remove it to start afresh")
+    return state
+
+
+def _write_resume_state(path: Path, state: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
 def _pretrain(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase, examples: Sequence[dict], progress: bool,
-              desc: str, position: int, threads_now: Callable[[], int] | None
-              ) -> tuple[Qwen3ForCausalLM, PretrainStats]:
+              desc: str, position: int, threads_now: Callable[[], int] | None, resume: Path | None = None,
+              resume_every: int = 500) -> tuple[Qwen3ForCausalLM, PretrainStats]:
     rng = random.Random(cfg.seed)
     with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's RNG
         torch.manual_seed(cfg.seed)
@@ -209,9 +236,17 @@ def _pretrain(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase, examples: Se
     bf16 = use_bf16("cpu", cfg.precision)
     queue: list[list[int]] = []
     losses: list[float] = []
-    tokens = 0
+    tokens, first, spent, cpu_spent = 0, 0, 0.0, 0.0
+    identity = _identity(cfg, lengths)
+    if (state := _resume_state(resume, identity)) is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        rng.setstate(state["rng"])
+        queue, losses, tokens, first = state["queue"], state["losses"], state["tokens"], state["step"]
+        spent, cpu_spent = state["seconds"], state["cpu_seconds"]
     start, cpu_start = time.perf_counter(), time.process_time()
-    bar = tqdm(range(cfg.steps), desc=desc, disable=not progress, leave=True, mininterval=0.5, position=position)
+    bar = tqdm(range(first, cfg.steps), desc=desc, disable=not progress, leave=True, mininterval=0.5,
+               position=position, initial=first, total=cfg.steps)
     for step in bar:
         if threads_now is not None and (wanted := threads_now()) != torch.get_num_threads():
             torch.set_num_threads(wanted)
@@ -230,8 +265,15 @@ def _pretrain(cfg: ToyLMConfig, tokenizer: PreTrainedTokenizerBase, examples: Se
         tokens += int(mask.sum())
         if step % 10 == 0 or step == cfg.steps - 1:
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        if resume is not None and (step + 1) % resume_every == 0 and step + 1 < cfg.steps:
+            _write_resume_state(resume, {
+                "identity": identity, "step": step + 1, "model": model.state_dict(), "optimizer": opt.state_dict(),
+                "rng": rng.getstate(), "queue": queue, "losses": losses, "tokens": tokens,
+                "seconds": spent + time.perf_counter() - start,
+                "cpu_seconds": cpu_spent + time.process_time() - cpu_start})
     bar.close()
-    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+    seconds = spent + time.perf_counter() - start
+    cpu_seconds = cpu_spent + time.process_time() - cpu_start
     tail = losses[-max(1, len(losses) // 10):]
     tenth = max(1, len(losses) // 10)
     curve = tuple(round(sum(losses[i : i + tenth]) / len(losses[i : i + tenth]), 4)
