@@ -202,3 +202,48 @@ def test_the_precision_line_names_the_students_device_and_precision(monkeypatch)
     assert "student blocks trained eager);" in first
     report["config"]["train"]["compile"] = True
     assert "student blocks trained compiled);" in format_table(report).splitlines()[0]
+
+
+def test_curve_point_cut_off_while_scored_is_scored_on_resume(tmp_path, monkeypatch):
+    """A kill while a held-out curve point is scored loses neither the point nor its training
+    seconds: the resume scores that stop's own checkpoint before training any further."""
+    from elfreg.toy import demo
+
+    cfg = demo_config(overrides=["train.steps=100", "eval.curve_points=2", f"train.out_dir={tmp_path / 'run'}"])
+    trained, saved = [], []  # each train() call's stop, the steps with a checkpoint
+
+    class Checkpoint:  # stands for a run's checkpoint folder step-N
+        def __init__(self, path):
+            self.meta = {"step": int(Path(path).name.removeprefix("step-"))}
+
+        def load_student(self, use_ema):
+            return self.meta["step"]
+
+    def train(cfg, stop_at):
+        Path(cfg.train.out_dir).mkdir(exist_ok=True)
+        trained.append(stop_at)
+        saved.append(stop_at)
+
+    cut = {"once": True}
+
+    def evaluate(student, frozen, problems, cfg, sample, samples, progress, seed=0):
+        if cut.pop("once", False):
+            raise KeyboardInterrupt
+        return {"mean": student / 1000}  # names the checkpoint it scored
+
+    monkeypatch.setattr(demo, "train", train)
+    monkeypatch.setattr(demo, "evaluate", evaluate)
+    monkeypatch.setattr(demo, "open_checkpoint", Checkpoint)
+    monkeypatch.setattr(demo, "resolve_checkpoint",
+                        lambda run: Path(run) / f"step-{saved[-1]:07d}" if saved else None)
+    monkeypatch.setattr(demo, "load_frozen_text", lambda *args, **kwargs: None)
+    with pytest.raises(KeyboardInterrupt):  # killed while scoring the point at step 50
+        demo.train_variant(cfg, problems=[])
+    pending = json.loads((tmp_path / "run" / "accuracy_curve.pending.json").read_text())
+    assert trained == [50] and pending["step"] == 50 and pending["train_seconds"] >= 0
+    curve = demo.train_variant(cfg, problems=[])
+    assert trained == [50, 100]  # step 50 was not trained again
+    assert [(p["step"], p["pass@1"]) for p in curve] == [(50, 0.05), (100, 0.1)]
+    assert curve[0]["train_seconds"] == pending["train_seconds"] <= curve[1]["train_seconds"]
+    assert not (tmp_path / "run" / "accuracy_curve.pending.json").exists()
+    assert demo.train_variant(cfg, problems=[]) == curve and trained == [50, 100]  # a finished run: nothing

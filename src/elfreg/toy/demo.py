@@ -39,7 +39,7 @@ from elfreg.eval.passk import summarize
 from elfreg.jsonl import append_jsonl, read_jsonl
 from elfreg.model.presets import student_from_config
 from elfreg.plugins import resolve_model_id
-from elfreg.runs import locked
+from elfreg.runs import locked, write_json_atomic
 from elfreg.sampling import generate
 from elfreg.text.load import FrozenText, load_frozen_text
 from elfreg.toy import arith
@@ -210,25 +210,35 @@ def train_variant(cfg: Config, problems: list[dict]) -> list[dict]:
     """Train (or resume, or reuse) one demo model. With ``eval.curve_points`` the run stops at
     evenly spaced steps to score its EMA weights on ``problems`` (early-stop, 16 NFE, seed 0);
     each point is appended to ``accuracy_curve.jsonl`` in the run folder, with the training
-    seconds spent so far, so a resumed run keeps its curve. Returns the curve."""
+    seconds spent so far, so a resumed run keeps its curve. A stop whose scoring was cut off is
+    noted in ``accuracy_curve.pending.json`` and scored on resume before any further training, so
+    no point is lost. Returns the curve."""
     run_dir = Path(cfg.train.out_dir)
     curve_path = run_dir / "accuracy_curve.jsonl"
+    pending_path = run_dir / "accuracy_curve.pending.json"
     points = cfg.eval.curve_points
     stops = sorted({round(cfg.train.steps * k / points) for k in range(1, points + 1)} | {cfg.train.steps})
     for stop in stops:
-        existing = resolve_checkpoint(run_dir)
-        if existing is not None and open_checkpoint(existing).meta["step"] >= stop:
-            continue
         curve = read_jsonl(curve_path, missing_ok=True)
-        start = time.perf_counter()
-        train(cfg, stop_at=stop)
-        point = {"step": stop, "train_seconds": (curve[-1]["train_seconds"] if curve else 0.0)
-                 + time.perf_counter() - start}
+        if any(p["step"] == stop for p in curve):
+            continue
+        point = json.loads(pending_path.read_text()) if pending_path.exists() else None
+        if point is None or point["step"] != stop:
+            existing = resolve_checkpoint(run_dir)
+            if existing is not None and open_checkpoint(existing).meta["step"] >= stop:
+                continue
+            start = time.perf_counter()
+            train(cfg, stop_at=stop)
+            point = {"step": stop, "train_seconds": (curve[-1]["train_seconds"] if curve else 0.0)
+                     + time.perf_counter() - start}
+            if points:
+                write_json_atomic(pending_path, point)
         if points:
             frozen = load_frozen_text(cfg.text, with_teacher=False)
-            student = open_checkpoint(run_dir).load_student(use_ema=True)
+            student = open_checkpoint(run_dir / "checkpoints" / f"step-{stop:07d}").load_student(use_ema=True)
             point["pass@1"] = evaluate(student, frozen, problems, cfg, curve_sample(cfg), 1, progress=False)["mean"]
         append_jsonl(curve_path, point)
+        pending_path.unlink(missing_ok=True)
     return read_jsonl(curve_path, missing_ok=True)
 
 
