@@ -69,6 +69,7 @@ def test_exponent_floats_without_a_dot_are_floats(tmp_path):
 @pytest.mark.parametrize(("override", "key"), [
     ("train.ckpt_every=0", "train.ckpt_every"), ("train.log_every=0", "train.log_every"),
     ("train.warmup_steps=-10", "train.warmup_steps"), ("train.min_lr_ratio=1.5", "train.min_lr_ratio"),
+    ("train.decay_steps=0", "train.decay_steps"),
     ("train.grad_clip=0", "train.grad_clip"), ("train.out_dir=' '", "train.out_dir"),
     ("data.limit=-1", "data.limit"), ("data.source=jsonl", "data.path"), ("loss.repa_weight=-1", "loss.repa_weight"),
     ("sample.nfe=1", "sample.nfe"), ("sample.sampler=ddim", "sample.sampler"), ("eval.samples=0", "eval.samples"),

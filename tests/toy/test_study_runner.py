@@ -243,6 +243,12 @@ def test_a_run_made_outside_the_study_is_adopted_only_if_trained_as_the_plan_tra
     with pytest.raises(ValueError, match=r"\(model.width: 32 then, 48 now\)$"):
         runner.adopt_run(wider, tmp_path / "wider", "elf-reg/t0", outside)
 
+    # a cosine run of another length was on another schedule from its first step after warmup
+    longer = load_plan(QUICK, [*args, "overrides.train.steps=8"])
+    assert longer.models["elf-reg"].train.schedule == "cosine"
+    with pytest.raises(ValueError, match=r"\(the cosine schedule's length: 4 then, 8 now \(train.decay_steps: 4 "):
+        runner.adopt_run(longer, tmp_path / "longer", "elf-reg/t0", outside)
+
     assert main([*cmd, "--adopt", "elf-reg/t0", str(outside)]) == 0
     assert "elf-reg/t0           to train  evaluations 0/1" in capsys.readouterr().out  # 2 of 4 steps
     target = out / "runs" / "elf-reg" / "t0"

@@ -77,10 +77,10 @@ def test_refuses_to_overwrite_and_to_resume_a_different_config(tiny_cfg, tmp_pat
     train(cfg, EXAMPLES)
     with pytest.raises(FileExistsError):
         train(cfg, EXAMPLES, resume=False)
-    other = tiny_cfg(train={"steps": 4, "out_dir": str(tmp_path / "r")}, model={"depth": 1, "repa_block": 1})
+    other = tiny_cfg(train={"steps": 2, "out_dir": str(tmp_path / "r")}, model={"depth": 1, "repa_block": 1})
     with pytest.raises(ValueError, match=r"\(model.depth: 2 in the checkpoint, 1 now\); set them"):
         train(other, EXAMPLES)
-    other = tiny_cfg(train={"steps": 4, "out_dir": str(tmp_path / "r")}, data={"toy_count": 77})
+    other = tiny_cfg(train={"steps": 2, "out_dir": str(tmp_path / "r")}, data={"toy_count": 77})
     with pytest.raises(ValueError, match=r"\(data.toy_count: 20000 in the checkpoint, 77 now\); set them"):
         train(other, EXAMPLES)
     # a default that moved (a config that leaves the schedule to a newer elfreg) is named, not applied
@@ -90,12 +90,18 @@ def test_refuses_to_overwrite_and_to_resume_a_different_config(tiny_cfg, tmp_pat
                                          r"'constant' now\)"):
         train(other, EXAMPLES)
     assert yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())["train"]["schedule"] == "cosine"
-    # going further, writing elsewhere and more often is how a run is continued
+    # a cosine run made longer would jump back up its stretched schedule at the resumed step
+    longer = {"steps": 4, "out_dir": str(tmp_path / "r"), "ckpt_every": 1, "log_every": 1}
+    with pytest.raises(ValueError, match=r"\(the cosine schedule's length: 2 in the checkpoint, 4 now "
+                                         r"\(train.decay_steps: 2 goes on at its floor\)\)"):
+        train(tiny_cfg(train=longer), EXAMPLES)
+    # going further at the schedule's floor, writing elsewhere and more often is how it is continued
     # (and where the data's files lie)
-    longer = tiny_cfg(train={"steps": 4, "out_dir": str(tmp_path / "r"), "ckpt_every": 1, "log_every": 2},
-                      data={"path": str(tmp_path / "moved")})
+    longer = tiny_cfg(train={**longer, "decay_steps": 2}, data={"path": str(tmp_path / "moved")})
     train(longer, EXAMPLES)
     assert open_checkpoint(tmp_path / "r").meta["step"] == 4
+    tc = longer.train
+    assert [m["lr"] for m in metrics(tmp_path / "r") if m["step"] > 2] == [tc.lr * tc.min_lr_ratio] * 2
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_cfg, monkeypatch):

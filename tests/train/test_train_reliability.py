@@ -65,7 +65,7 @@ def test_resume_uses_the_newest_intact_checkpoint_and_keeps_the_older_ones(train
         expect = 4
     with pytest.warns(CheckpointWarning):
         assert open_checkpoint(run).meta["step"] == expect
-    longer = tiny_cfg(train={"steps": 8, "ckpt_every": 2, "log_every": 1})
+    longer = tiny_cfg(train={"steps": 8, "decay_steps": 6, "ckpt_every": 2, "log_every": 1})  # on at the floor
     with pytest.warns(CheckpointWarning):
         result = train(longer, EXAMPLES)
     assert result.step == 8

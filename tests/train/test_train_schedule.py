@@ -34,6 +34,14 @@ def test_lr_at_reads_the_train_settings():
     assert [lr_at(s, tc) for s in range(60)] == [scheduled_lr(s, 3e-4, 7, 50, 0.1, "constant") for s in range(60)]
 
 
+def test_decay_steps_sets_the_cosine_length_and_a_longer_run_holds_its_floor():
+    short = TrainConfig(steps=50, lr=3e-4, warmup_steps=7, min_lr_ratio=0.2, schedule="cosine")
+    longer = TrainConfig(steps=80, decay_steps=50, lr=3e-4, warmup_steps=7, min_lr_ratio=0.2, schedule="cosine")
+    assert [lr_at(s, longer) for s in range(50)] == [lr_at(s, short) for s in range(50)]  # the same course
+    assert [lr_at(s, longer) for s in range(50, 80)] == [pytest.approx(3e-4 * 0.2, abs=1e-18)] * 30
+    assert lr_at(60, TrainConfig(steps=80, lr=3e-4, warmup_steps=7, schedule="cosine")) > 3e-4 * 0.2
+
+
 def _former_toy_schedule(step: int, lr: float, warmup: int, steps: int) -> float:
     """The toy LMs' own schedule before they used the shared one (kept here as the reference)."""
     if step < warmup:

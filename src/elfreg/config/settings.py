@@ -185,6 +185,9 @@ class TrainConfig:
     grad_accum: int = 1
     lr: float = 2e-3  # ELF's blr 1e-3 scaled by the global batch: 1e-3 × 512 / 256
     min_lr_ratio: float = 0.1  # the cosine schedule's floor, a fraction of lr
+    # the cosine schedule's length in steps, the floor held after it; None: the run's steps. Set to a
+    # finished cosine run's steps, it trains that run further at its floor on the course it was on
+    decay_steps: int | None = None
     warmup_steps: int = 5000
     schedule: Literal["cosine", "constant"] = "constant"
     weight_decay: float = 0.0
@@ -446,6 +449,8 @@ class Config:
             ("train.ema_decay", 0 <= self.train.ema_decay < 1, "must be in [0, 1)"),
             ("train.warmup_steps", self.train.warmup_steps >= 0, "must be >= 0"),
             ("train.min_lr_ratio", 0 <= self.train.min_lr_ratio <= 1, "must be in [0, 1]"),
+            ("train.decay_steps", self.train.decay_steps is None or self.train.decay_steps >= 1,
+             "must be >= 1 (or unset: train.steps)"),
             ("train.weight_decay", self.train.weight_decay >= 0, "must be >= 0"),
             ("train.grad_clip", self.train.grad_clip > 0, "must be > 0"),
             ("train.ckpt_every", self.train.ckpt_every >= 1, "must be >= 1"),

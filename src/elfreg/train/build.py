@@ -33,7 +33,7 @@ from ..text.load import FrozenText, load_frozen_text
 from .batch import TrainingData, build_canvas, example_indices
 from .ema import EMA
 from .feature_cache import FeatureCache
-from .optim import make_optimizer
+from .optim import cosine_steps, make_optimizer
 from .parallel import parallelize, wrap_for_training
 from .sharded import restore, shard_frozen
 
@@ -202,9 +202,10 @@ def resume(run: Run, checkpoint: str | Path) -> int:
 
 
 # train settings a resumed run may change: where and how often it writes, how far it goes, and
-# how the same numbers are computed; every other one sets the trajectory the checkpoint is on
+# how the same numbers are computed; every other one sets the trajectory the checkpoint is on.
+# Under a cosine schedule how far it goes sets the schedule's length too: course_changes checks that
 RESUMABLE_TRAIN_CHANGES = frozenset({
-    "steps", "epochs", "out_dir", "ckpt_every", "keep_epochs", "log_every", "device", "feature_cache",
+    "steps", "decay_steps", "epochs", "out_dir", "ckpt_every", "keep_epochs", "log_every", "device", "feature_cache",
     "host_memory", "progress", "parallel", "activation_checkpointing", "compile", "peak_tflops"})
 
 
@@ -238,6 +239,11 @@ def course_changes(cfg: Config, saved: Config,
     changes += [f"train.{f.name}: {getattr(saved.train, f.name)!r} {saved_as}, {getattr(cfg.train, f.name)!r} now"
                 for f in dataclasses.fields(cfg.train) if f.name not in RESUMABLE_TRAIN_CHANGES
                 and getattr(cfg.train, f.name) != getattr(saved.train, f.name)]
+    # a cosine run made longer or shorter would leave its schedule at the resumed step
+    before, now = cosine_steps(saved.train), cosine_steps(cfg.train)
+    if cfg.train.schedule == saved.train.schedule == "cosine" and before != now:
+        changes.append(f"the cosine schedule's length: {before} {saved_as}, {now} now (train.decay_steps: "
+                       f"{before} goes on at its floor)")
     return changes
 
 

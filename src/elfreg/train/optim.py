@@ -31,9 +31,14 @@ def scheduled_lr(step: int, lr: float, warmup_steps: int, total_steps: int, floo
     return floor + (lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+def cosine_steps(cfg: TrainConfig) -> int:
+    """The length of a run's cosine schedule: ``train.decay_steps``, else the run's steps."""
+    return cfg.steps if cfg.decay_steps is None else cfg.decay_steps
+
+
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """:func:`scheduled_lr` with a run's ``train`` settings."""
-    return scheduled_lr(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio, cfg.schedule)
+    return scheduled_lr(step, cfg.lr, cfg.warmup_steps, cosine_steps(cfg), cfg.min_lr_ratio, cfg.schedule)
 
 
 AdamWImpl = Literal["auto", "for-loop", "foreach", "fused"]

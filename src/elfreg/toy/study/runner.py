@@ -195,8 +195,8 @@ def adopt_run(study: Study, out: Path, cell_id: str, source: str | Path) -> Path
     has a folder, or ``source`` holds no checkpoint, is in use, or was configured otherwise than
     the plan trains the cell: any difference in the ``text``, ``model``, ``flow``, ``loss`` or
     ``data`` section, or in a train setting that sets a run's course
-    (:func:`~elfreg.train.build.course_changes`). A run with fewer steps than the plan's is
-    adopted and finished by the study. The copy is written whole or not at all."""
+    (:func:`~elfreg.train.build.course_changes`; under a cosine schedule its length). A run
+    stopped before the plan's steps is adopted and finished by the study. The copy is written whole or not at all."""
     from elfreg.folders import written_whole
     from elfreg.train.build import course_changes
 
