@@ -262,3 +262,36 @@ def test_a_run_made_outside_the_study_is_adopted_only_if_trained_as_the_plan_tra
     assert counts == {"evals": 1, "steps": {"elf-reg/t0": 2}}  # steps 3 and 4 only
     row, = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert row["cell"] == "elf-reg/t0/early-stop/nfe4/s0" and row["checkpoint_step"] == 4
+
+
+def test_jobs_run_training_cells_side_by_side_and_write_the_rows_of_one_process(
+        plan_args, tmp_path, monkeypatch, capfd):
+    """``--jobs 2``: two training cells at a time, each in a worker process on one torch thread
+    (of the parent's two); every row equals the row one process on one thread writes, and the
+    folder reads as one made one cell at a time."""
+    import torch
+
+    args = [*plan_args, "models=[elf, elf-reg]", "train_seeds=[0]", "samplers=[early-stop]", "nfes=[4]",
+            "sample_seeds=[0, 1]"]
+    study = load_plan(QUICK, args)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = runner.run_study(study, tmp_path / "one", progress=False)
+        torch.set_num_threads(2)
+        two = runner.run_study(study, tmp_path / "two", progress=True, jobs=2)
+    finally:
+        torch.set_num_threads(threads)
+    said = capfd.readouterr().err  # the workers' lines too: they write to the same stderr
+    assert "done (2 of 2 training cells, 2 at a time)" in said
+    assert all(f"[{k}/2] {c.id}: started (worker " in said for k, c in enumerate(study.train_cells(), 1))
+    assert two["complete"] and len(two["rows"]) == 4
+    assert _strip(two["rows"]) == _strip(one["rows"])  # in the plan's order, whatever order they ended in
+    assert two["table"] == one["table"]
+    for cell in study.train_cells():
+        assert resolve_checkpoint(runner.run_dir(tmp_path / "two", cell)).name == "step-0000004"
+    counts = _counting(monkeypatch)  # a finished folder: nothing runs again, in any number of jobs
+    assert runner.run_study(study, tmp_path / "two", progress=False, jobs=2)["complete"]
+    assert counts == {"evals": 0, "steps": {}}
+    assert main(["study", "--plan", str(QUICK), "--out", str(tmp_path / "two"), "--jobs", "0", *args]) == 2
+    assert capfd.readouterr().err.strip() == "elfreg study: error: --jobs must be >= 1; got 0"

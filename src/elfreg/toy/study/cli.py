@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
                 written[-1].write_text(json.dumps(comparisons, indent=2) + "\n")
             print(f"wrote {', '.join(str(p) for p in written)}")
         return 0
-    report = run_study(study, out, overwrite=args.overwrite, progress=not args.no_progress)
+    report = run_study(study, out, overwrite=args.overwrite, progress=not args.no_progress, jobs=args.jobs)
     print(format_table(report))
     print(f"\nwrote {', '.join(report['outputs'])} ({report['run_seconds']:.0f} s)")
     return 0
@@ -120,6 +120,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "runs nothing else")
     p.add_argument("--overwrite", action="store_true",
                    help="discard what another plan made in --out (its runs included) instead of refusing")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="training cells run N at a time, each in its own process on 1/N of torch's threads "
+                        "(a toy cell keeps about one core busy); rows and folders as with one")
     add_progress_flag(p)
     p.add_argument("override", nargs="*", help="plan overrides, e.g. train_seeds=[0] overrides.train.steps=50")
     p.set_defaults(func=run)

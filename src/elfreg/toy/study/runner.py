@@ -323,39 +323,60 @@ def _distilled_students(folders: dict[int, Path], teacher: tuple[Any, int]
     return student
 
 
-def run_study(study: Study, out: str | Path, overwrite: bool = False, progress: bool = True) -> dict:
+def run_cell(study: Study, out: Path, cell: TrainCell, todo: list[EvalCell], dtodo: list[DistilledCell],
+             label: str, progress: bool, frozen: dict[str, FrozenText] | None = None) -> None:
+    """Train (or resume, or reuse) one training cell, score its evaluation cells ``todo``, then
+    distil it and score its distilled cells ``dtodo``, appending each row to the folder's files
+    as it ends. ``frozen`` caches the frozen encoders across calls of one process."""
+    frozen = {} if frozen is None else frozen
+    cfg = study.run_config(cell, run_dir(out, cell), progress)
+    problems = heldout_problems(cfg)
+    _say(f"{label} {cell.id}: training ({cfg.train.steps} steps)", progress)
+    train_variant(cfg, problems)
+    ckpt = open_checkpoint(cfg.train.out_dir)
+    teacher = (ckpt.load_student(use_ema=True), ckpt.meta["step"])
+    key = json.dumps(asdict(cfg.text), sort_keys=True)
+    if key not in frozen:
+        frozen[key] = load_frozen_text(cfg.text, with_teacher=False)
+    _score(todo, lambda _, t=teacher: t, study.sample_config, frozen[key], problems, cfg, out / ROWS_FILE,
+           {}, f"{label} {cell.id} evaluation cells", progress)
+    if dtodo:
+        _say(f"{label} {cell.id}: distilling into {', '.join(map(str, study.distill_steps))}-step students", progress)
+        students = _distilled_students(_distil(study, out, cell, progress), teacher)
+        _score(dtodo, students, study.distilled_sample_config, frozen[key], problems, cfg,
+               out / DISTILLED_ROWS_FILE, {}, f"{label} {cell.id} distilled cells", progress)
+
+
+def run_study(study: Study, out: str | Path, overwrite: bool = False, progress: bool = True, jobs: int = 1) -> dict:
     """Run every cell of ``study`` not yet done in ``out`` (locked meanwhile), then write the
-    report; returns it (:func:`~elfreg.toy.study.report.build_report`)."""
+    report; returns it (:func:`~elfreg.toy.study.report.build_report`). With ``jobs`` > 1 that
+    many training cells run at a time, each in its own process (:mod:`.workers`), in the same
+    order as one at a time."""
+    from elfreg.toy.study.workers import run_in_processes
+
+    if jobs < 1:
+        raise ValueError(f"--jobs must be >= 1; got {jobs}")
     out = Path(out)
     with locked(out, what="study folder"):
         claim_folder(study, out, overwrite)
         t0 = time.perf_counter()
         rows = rows_of(study, finished_rows(out))
         drows = distilled_rows_of(study, finished_rows(out, name=DISTILLED_ROWS_FILE))
-        frozen: dict[str, FrozenText] = {}
         cells = study.train_cells()
+        work = []
         for k, cell in enumerate(cells, 1):
             todo = [c for c in study.eval_cells(cell) if c.id not in rows]
             dtodo = [c for c in study.distilled_cells(cell) if c.id not in drows]
-            if not todo and not dtodo:
-                continue
-            cfg = study.run_config(cell, run_dir(out, cell), progress)
-            problems = heldout_problems(cfg)
-            _say(f"[{k}/{len(cells)}] {cell.id}: training ({cfg.train.steps} steps)", progress)
-            train_variant(cfg, problems)
-            ckpt = open_checkpoint(cfg.train.out_dir)
-            teacher = (ckpt.load_student(use_ema=True), ckpt.meta["step"])
-            key = json.dumps(asdict(cfg.text), sort_keys=True)
-            if key not in frozen:
-                frozen[key] = load_frozen_text(cfg.text, with_teacher=False)
-            _score(todo, lambda _, t=teacher: t, study.sample_config, frozen[key], problems, cfg, out / ROWS_FILE,
-                   rows, f"[{k}/{len(cells)}] {cell.id} evaluation cells", progress)
-            if dtodo:
-                _say(f"[{k}/{len(cells)}] {cell.id}: distilling into "
-                     f"{', '.join(map(str, study.distill_steps))}-step students", progress)
-                students = _distilled_students(_distil(study, out, cell, progress), teacher)
-                _score(dtodo, students, study.distilled_sample_config, frozen[key], problems, cfg,
-                       out / DISTILLED_ROWS_FILE, drows, f"[{k}/{len(cells)}] {cell.id} distilled cells", progress)
+            if todo or dtodo:
+                work.append((cell, todo, dtodo, f"[{k}/{len(cells)}]"))
+        if jobs == 1 or len(work) < 2:
+            frozen: dict[str, FrozenText] = {}
+            for cell, todo, dtodo, label in work:
+                run_cell(study, out, cell, todo, dtodo, label, progress, frozen)
+        else:
+            run_in_processes(study, out, work, jobs, progress)
+        rows = rows_of(study, finished_rows(out, repair=False))
+        drows = distilled_rows_of(study, finished_rows(out, repair=False, name=DISTILLED_ROWS_FILE))
         report = build_report(study, rows, {c.id: run_dir(out, c) for c in cells}, drows)
         report["run_seconds"] = round(time.perf_counter() - t0, 1)
         report["outputs"] = [str(p) for p in write_outputs(out, report)]
