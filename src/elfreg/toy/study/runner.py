@@ -276,8 +276,8 @@ def _row(cell: EvalCell | DistilledCell, sample: SampleConfig, result: dict, n_p
 
 
 def _score(cells: list, students: Callable[[Any], tuple[Any, int]], sample_of: Callable[[Any], SampleConfig],
-           frozen: FrozenText, problems: list[dict], cfg: Config, rows_file: Path, rows: dict[str, dict],
-           desc: str, progress: bool) -> None:
+           frozen: FrozenText, problems: list[dict], cfg: Config, rows_file: Path, desc: str,
+           progress: bool) -> None:
     """Score each cell with the (student, checkpoint step) ``students(cell)`` gives, appending its
     row to ``rows_file`` as it ends; a signal stops after a finished cell."""
     bar = tqdm(cells, desc=desc, disable=not progress, dynamic_ncols=True)
@@ -289,7 +289,6 @@ def _score(cells: list, students: Callable[[Any], tuple[Any, int]], sample_of: C
             result = evaluate(student, frozen, problems, cfg, sample, 1, progress=False, seed=cell.sample_seed)
             row = _row(cell, sample, result, len(problems), time.perf_counter() - start, step)
             append_jsonl(rows_file, row)
-            rows[cell.id] = row
             if stop.requested:
                 raise StudyInterrupted(f"interrupted by {stop.signal_name} after evaluation cell {cell.id}; "
                                        "run the same command to resume")
@@ -339,12 +338,12 @@ def run_cell(study: Study, out: Path, cell: TrainCell, todo: list[EvalCell], dto
     if key not in frozen:
         frozen[key] = load_frozen_text(cfg.text, with_teacher=False)
     _score(todo, lambda _, t=teacher: t, study.sample_config, frozen[key], problems, cfg, out / ROWS_FILE,
-           {}, f"{label} {cell.id} evaluation cells", progress)
+           f"{label} {cell.id} evaluation cells", progress)
     if dtodo:
         _say(f"{label} {cell.id}: distilling into {', '.join(map(str, study.distill_steps))}-step students", progress)
         students = _distilled_students(_distil(study, out, cell, progress), teacher)
         _score(dtodo, students, study.distilled_sample_config, frozen[key], problems, cfg,
-               out / DISTILLED_ROWS_FILE, {}, f"{label} {cell.id} distilled cells", progress)
+               out / DISTILLED_ROWS_FILE, f"{label} {cell.id} distilled cells", progress)
 
 
 def run_study(study: Study, out: str | Path, overwrite: bool = False, progress: bool = True, jobs: int = 1) -> dict:
