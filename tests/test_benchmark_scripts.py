@@ -119,6 +119,19 @@ def test_student_width_ab_times_each_width_against_the_first(tmp_path):
         assert phases["other"] >= 0 and phases["forward"] + phases["backward"] < phases["step"]
 
 
+@pytest.mark.slow
+def test_student_width_ab_times_batch_sizes_per_step_and_per_example(tmp_path):
+    out = tmp_path / "batch.json"
+    _run("student_width_ab.py", "--quick", "--batch-sizes", "8", "16", "--repeats", "2",
+         "--out", str(out), env={"ELFREG_CACHE": str(tmp_path / "cache")})
+    rows = {r["batch"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {8, 16} and rows[8]["speedup"] == 1.0
+    # the same student at two batch sizes: equal parameters, the width the quick demo trains
+    assert rows[8]["params"] == rows[16]["params"] and rows[8]["width"] == rows[16]["width"]
+    for batch, row in rows.items():
+        assert row["ms_per_example"] == pytest.approx(1e3 * row["seconds"] / batch)
+
+
 @pytest.mark.slow  # compiles the quick student's blocks: most of a minute on 2 shared cores
 def test_train_compile_ab_times_compiled_blocks_against_eager(tmp_path):
     out = tmp_path / "compile.json"
