@@ -8,7 +8,7 @@ Each width is its own run of the demo's config (``model.width`` and ``model.proj
 instead the demo's width at one ``train.batch_size``. The frozen features of every batch to
 come are computed beforehand, so only the student's step (forward, backward, ELF's Muon, EMA) is
 timed. The runs step in turns (which goes first alternates) and each reports the median of its
-steps and its speed-up over the first width given (below 1: slower). With ``--phase-steps N``
+steps and its speed-up over the first width or batch size given (below 1: slower). With ``--phase-steps N``
 each width then takes N more steps under the profiler, and reports the mean time of
 each labelled part of a step (``elfreg.train.step.PHASES``: forward, backward, optimiser, EMA;
 ``other`` is the rest of the profiled step: the batch, the random draws, the logged values). The
